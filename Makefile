@@ -1,0 +1,72 @@
+# heapwatch: every target creates what it needs (virtual environment, the C
+# extension) on a fresh machine.  `make help` lists them.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+VPY         := $(VENV)/bin/python
+VERSIONS    ?= 3.9 3.10 3.11 3.12 3.13
+PYTEST_ARGS ?=
+SOURCES     := $(shell find agent exporters -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.pyi' -o -name '*.pth' 2>/dev/null) setup.py pyproject.toml
+ASAN_LIB     = $(shell gcc -print-file-name=libasan.so)
+UBSAN_LIB    = $(shell gcc -print-file-name=libubsan.so)
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test test-all sanitize bench lint ci ci-tools install clean dashboard
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.deps: requirements-dev.txt requirements-deploy.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q -U pip
+	$(VPY) -m pip install -q -r requirements-dev.txt
+	$(VPY) -m pip install -q -r requirements-deploy.txt || echo "grafana-foundation-sdk unavailable: dashboard generation skipped"
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.deps $(SOURCES)
+	$(VPY) -m pip install -q --no-build-isolation --force-reinstall --no-deps .
+	touch $@
+
+install: $(VENV)/.installed  ## build the C extension and install heapwatch into .venv
+
+demo: $(VENV)/.installed  ## run the demo service with the agent on (Ctrl-C to stop)
+	$(VPY) examples/demo_service.py
+
+test: $(VENV)/.installed  ## run the test suite with python3
+	cd tests && ../$(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+test-all:  ## run the test suite on every supported Python (3.9 to 3.13)
+	@set -e; for v in $(VERSIONS); do \
+	  py=$$(tools/find-python $$v); \
+	  echo "=== Python $$v ($$py)"; \
+	  $(MAKE) --no-print-directory test PYTHON=$$py VENV=.venvs/$$v; \
+	done
+
+sanitize:  ## build the core with ASan+UBSan and run the core tests under them
+	$(MAKE) --no-print-directory $(VENV)-asan/.deps VENV=$(VENV)-asan
+	HEAPWATCH_SANITIZE=1 $(VENV)-asan/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
+	cd tests && PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 HEAPWATCH_SANITIZED=1 \
+	  ../$(VENV)-asan/bin/python -m pytest -p no:cacheprovider -x core $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed  ## measure slowdown and memory against untraced and the stdlib tracer
+	$(VPY) benchmarks/run.py $(BENCH_ARGS)
+
+lint: $(VENV)/.deps  ## ruff and mypy --strict
+	$(VENV)/bin/ruff check agent exporters tests benchmarks examples deploy
+	$(VENV)/bin/ruff format --check agent exporters tests benchmarks examples deploy
+	$(VENV)/bin/mypy
+
+ci-tools:  ## install the external tools CI tests with (Debian packages)
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v go >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus golang-go; }
+
+ci: ci-tools  ## what CI runs: lint, every Python, the sanitizer build, the real tools
+	$(MAKE) --no-print-directory lint
+	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test
+	$(MAKE) --no-print-directory test-all VERSIONS="$(filter-out $(shell $(PYTHON) -c 'import sys;print("%d.%d"%sys.version_info[:2])'),$(VERSIONS))" PYTEST_ARGS="-m 'not slow and not tools'"
+	$(MAKE) --no-print-directory sanitize
+
+clean:  ## remove build products and virtual environments
+	rm -rf build dist *.egg-info agent/*.egg-info $(VENV) $(VENV)-asan .venvs agent/heapwatch/*.so

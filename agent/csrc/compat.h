@@ -1,0 +1,176 @@
+/* Every PY_VERSION_HEX shim of heapwatch._core lives here.
+ *
+ * Frame walking reads the interpreter's own frame structures (as CPython's
+ * Python/tracemalloc.c does): the public PyFrame API would create frame
+ * objects, i.e. allocate, from inside an allocator hook.  On 3.11+ that means
+ * the internal header pycore_frame.h, which we include with Py_BUILD_CORE.
+ */
+#ifndef HEAPWATCH_COMPAT_H
+#define HEAPWATCH_COMPAT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#if PY_VERSION_HEX < 0x03090000 || PY_VERSION_HEX >= 0x030E0000
+#  error "heapwatch._core supports CPython 3.9 to 3.13"
+#endif
+#ifdef Py_GIL_DISABLED
+#  error "heapwatch._core does not support free-threaded CPython builds"
+#endif
+
+#if PY_VERSION_HEX >= 0x030B0000
+#  ifndef Py_BUILD_CORE
+#    define Py_BUILD_CORE 1
+#    define HW_UNDEF_BUILD_CORE 1
+#  endif
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wunused-parameter"
+#  pragma GCC diagnostic ignored "-Wsign-compare"
+#  pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#  include "internal/pycore_frame.h"
+#  pragma GCC diagnostic pop
+#  ifdef HW_UNDEF_BUILD_CORE
+#    undef Py_BUILD_CORE
+#    undef HW_UNDEF_BUILD_CORE
+#  endif
+typedef _PyInterpreterFrame hw_pyframe_t;
+#else
+#  include <frameobject.h>
+typedef PyFrameObject hw_pyframe_t;
+#endif
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *
+Py_NewRef(PyObject *obj)
+{
+    Py_INCREF(obj);
+    return obj;
+}
+#endif
+
+#define HW_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HW_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* The thread state attached to the calling thread, or the GIL holder's on
+ * 3.9-3.11 where the "current" thread state is a process global.  Callers
+ * compare it with PyGILState_GetThisThreadState() when that matters. */
+static inline PyThreadState *
+hw_tstate_unchecked(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked();
+#else
+    return _PyThreadState_UncheckedGet();
+#endif
+}
+
+/* The calling thread's thread state if it holds the GIL, else NULL.  Never
+ * trusts PyGILState_Check(), which answers 1 when the check is disabled
+ * (sub-interpreters) and would let us read another thread's frames. */
+static inline PyThreadState *
+hw_tstate_if_gil_held(void)
+{
+    PyThreadState *mine = PyGILState_GetThisThreadState();
+    if (mine == NULL) {
+        return NULL;
+    }
+    return hw_tstate_unchecked() == mine ? mine : NULL;
+}
+
+/* Innermost frame of a thread.  Only the owning thread writes these fields,
+ * so the owning thread may read them without the GIL. */
+static inline hw_pyframe_t *
+hw_frame_top(PyThreadState *tstate)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return tstate->current_frame;
+#elif PY_VERSION_HEX >= 0x030B0000
+    return tstate->cframe != NULL ? tstate->cframe->current_frame : NULL;
+#else
+    return tstate->frame;
+#endif
+}
+
+static inline hw_pyframe_t *
+hw_frame_back(hw_pyframe_t *frame)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    return frame->previous;
+#else
+    return frame->f_back;
+#endif
+}
+
+/* The frame's code object, or NULL for frames the stdlib tracer skips
+ * (incomplete frames being set up, and C-stack shim frames). */
+static inline PyCodeObject *
+hw_frame_code_if_complete(hw_pyframe_t *frame)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    if (frame->owner == FRAME_OWNED_BY_CSTACK || !PyCode_Check(frame->f_executable)) {
+        return NULL;
+    }
+    return _PyFrame_IsIncomplete(frame) ? NULL : (PyCodeObject *)frame->f_executable;
+#elif PY_VERSION_HEX >= 0x030C0000
+    if (frame->owner == FRAME_OWNED_BY_CSTACK) {
+        return NULL;
+    }
+    return _PyFrame_IsIncomplete(frame) ? NULL : frame->f_code;
+#elif PY_VERSION_HEX >= 0x030B0000
+    return _PyFrame_IsIncomplete(frame) ? NULL : frame->f_code;
+#else
+    return frame->f_code;
+#endif
+}
+
+/* Byte offset of the frame's current instruction, the unit
+ * PyCode_Addr2Line() takes.  Negative before the first instruction. */
+static inline int
+hw_frame_lasti(hw_pyframe_t *frame, PyCodeObject *code)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return (int)(frame->instr_ptr - _PyCode_CODE(code)) * (int)sizeof(_Py_CODEUNIT);
+#elif PY_VERSION_HEX >= 0x030B0000
+    return (int)(frame->prev_instr - _PyCode_CODE(code)) * (int)sizeof(_Py_CODEUNIT);
+#elif PY_VERSION_HEX >= 0x030A0000
+    (void)code;
+    return frame->f_lasti * (int)sizeof(_Py_CODEUNIT);
+#else
+    (void)code;
+    return frame->f_lasti;
+#endif
+}
+
+/* Start of the memory block holding obj: GC objects and, on 3.11+, objects
+ * with a managed dict or weakref list have a pre-header before the PyObject. */
+static inline void *
+hw_object_block(PyObject *obj)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    size_t pre = 0;
+    if (PyType_IS_GC(type)) {
+        pre += 2 * sizeof(uintptr_t); /* PyGC_Head on 3.9-3.13 */
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyType_HasFeature(type, Py_TPFLAGS_PREHEADER)) {
+        pre += 2 * sizeof(PyObject *);
+    }
+#elif PY_VERSION_HEX >= 0x030B0000
+    if (PyType_HasFeature(type, Py_TPFLAGS_MANAGED_DICT)) {
+        pre += 2 * sizeof(PyObject *);
+    }
+#endif
+    return (char *)obj - pre;
+}
+
+static inline int
+hw_py_is_finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+#endif /* HEAPWATCH_COMPAT_H */

@@ -1,0 +1,65 @@
+/* Aggregation in C: a snapshot's statistics grouped by traceback, filename or
+ * line, and differences between two groupings.  Costs grow with the number
+ * of distinct tracebacks and sites, never with the number of live blocks.
+ *
+ * Orders are exactly the stdlib's: statistics by (size, count, traceback)
+ * descending; differences by (|size_diff|, size, |count_diff|, count,
+ * traceback) descending; tracebacks compare as tuples of (filename, lineno)
+ * from the oldest frame.  Keys are unique, so the order is total.
+ *
+ * Boundary tuples:
+ *   statistic  (frames, size, count)
+ *   diff       (frames, size, size_diff, count, count_diff)
+ * where frames is the key in raw order (most recent first).
+ */
+#ifndef HEAPWATCH_GROUPS_H
+#define HEAPWATCH_GROUPS_H
+
+#include "compat.h"
+#include "snapshot.h"
+#include "tracer.h"
+
+typedef enum { HW_KEY_TRACEBACK = 0, HW_KEY_FILENAME = 1, HW_KEY_LINENO = 2 } hw_key_type_t;
+
+typedef struct {
+    uint64_t hash;
+    uint64_t size;
+    uint64_t count_fp;
+    uint32_t key_off;
+    uint32_t key_len;
+} hw_group_t;
+
+typedef struct {
+    hw_group_t *groups;
+    size_t ngroups;
+    size_t cap;
+    hw_rframe_t *keys;
+    size_t nkeys;
+    size_t keys_cap;
+    uint32_t *index; /* open addressing: group index + 1; 0 empty */
+    size_t index_mask;
+    uint32_t *order; /* statistics order, computed once */
+    PyObject *filenames; /* keeps key filenames alive */
+    uint64_t total_size;
+    uint64_t total_count_fp;
+} hw_groups_t;
+
+/* GIL held.  mask: one byte per snapshot traceback, non-zero to include;
+ * NULL includes all.  NULL with an exception set. */
+hw_groups_t *hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
+                             const unsigned char *mask);
+void hw_groups_free(hw_groups_t *groups);
+/* limit < 0: all. */
+PyObject *hw_groups_statistics(hw_groups_t *groups, Py_ssize_t limit);
+PyObject *hw_groups_compare(hw_groups_t *cur, hw_groups_t *old, Py_ssize_t limit);
+/* The first `limit` statistics of cur, with their differences from old
+ * (old may be NULL: everything is new). */
+PyObject *hw_groups_growth(hw_groups_t *cur, hw_groups_t *old, Py_ssize_t limit);
+
+static inline uint64_t
+hw_count_round(uint64_t count_fp)
+{
+    return (count_fp + HW_COUNT_ONE / 2) >> HW_COUNT_SHIFT;
+}
+
+#endif

@@ -1,0 +1,369 @@
+#include "hooks.h"
+
+#include <pthread.h>
+
+#include "compat.h"
+#include "sampling.h"
+#include "sync.h"
+#include "tracebacks.h"
+#include "tracer.h"
+
+enum { D_RAW = 0, D_MEM = 1, D_OBJ = 2, D_COUNT = 3 };
+
+static const PyMemAllocatorDomain py_domains[D_COUNT] = {
+    PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ,
+};
+
+/* The allocators our hooks wrap.  Written by install (GIL held) before our
+ * hooks enter the chain and never cleared, so a call that reaches a hook
+ * through a stale pointer (another thread reading the allocator while we
+ * swap it) still finds a valid allocator. */
+static PyMemAllocatorEx hw_saved[D_COUNT];
+/* Our hooks are in the allocator chain (perhaps below another hook); GIL. */
+static int installed;
+/* A pending call to drain the graveyard is queued; atomic. */
+static int drain_queued;
+/* Fork handlers registered; GIL. */
+static int fork_handlers_registered;
+/* The forking thread's reentrant flag across fork(); only that thread
+ * touches it, between prepare and parent/child. */
+static int fork_saved_reentrant;
+
+/* Code references waiting in the graveyard before we ask the main thread
+ * to release them (the agent's cycle and every snapshot drain it too). */
+#define GRAVEYARD_DRAIN_AT 4096
+
+static int
+drain_pending_call(void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&drain_queued, 0, __ATOMIC_RELAXED);
+    hw_graveyard_drain();
+    return 0;
+}
+
+/* GIL held, hw_tables_lock not held.  Py_AddPendingCall neither allocates
+ * nor runs Python code; the drain runs later at a safe point. */
+static void
+maybe_queue_drain(size_t graveyard_len)
+{
+    if (graveyard_len < GRAVEYARD_DRAIN_AT || !hw_load_int(&hw_tracer.recording)) {
+        return;
+    }
+    if (__atomic_exchange_n(&drain_queued, 1, __ATOMIC_RELAXED)) {
+        return;
+    }
+    if (Py_AddPendingCall(drain_pending_call, NULL) != 0) {
+        __atomic_store_n(&drain_queued, 0, __ATOMIC_RELAXED);
+    }
+}
+
+static int
+capture_caller(hw_capture_t *cap, int gil_domain)
+{
+    int max_nframe = hw_load_int(&hw_tracer.max_nframe);
+    if (gil_domain) {
+        return hw_capture(cap, hw_tstate_unchecked(), 0, max_nframe);
+    }
+    PyThreadState *tstate = hw_tstate_if_gil_held();
+    if (tstate != NULL) {
+        return hw_capture(cap, tstate, 0, max_nframe);
+    }
+    return hw_capture(cap, PyGILState_GetThisThreadState(), 1, max_nframe);
+}
+
+static void
+record_block(void *ptr, size_t size, int gil_domain)
+{
+    uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
+    hw_capture_t cap;
+    if (capture_caller(&cap, gil_domain) < 0) {
+        hw_count_dropped();
+        return;
+    }
+    hw_lock();
+    if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
+        hw_add_trace_unlocked(0, (uintptr_t)ptr, size, &cap);
+    }
+    size_t dead = hw_graveyard_len_unlocked();
+    hw_unlock();
+    hw_capture_release(&cap);
+    if (!cap.foreign) {
+        maybe_queue_drain(dead);
+    }
+}
+
+static inline int
+maybe_traced(const void *ptr)
+{
+    if (hw_load_int(&hw_tracer.mode) == HW_MODE_SAMPLE) {
+        return hw_filter_maybe(ptr);
+    }
+    return __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED) != 0;
+}
+
+static inline void *
+hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
+{
+    const PyMemAllocatorEx *a = &hw_saved[d];
+    hw_tls_t *tls = &hw_tls;
+    if (tls->reentrant) {
+        return zeroed ? a->calloc(a->ctx, nelem, elsize) : a->malloc(a->ctx, elsize);
+    }
+    tls->reentrant = 1;
+    void *ptr = zeroed ? a->calloc(a->ctx, nelem, elsize) : a->malloc(a->ctx, elsize);
+    if (ptr != NULL && hw_load_int(&hw_tracer.tracing) && hw_load_int(&hw_tracer.recording)) {
+        /* calloc: the wrapped allocator checked nelem * elsize for overflow */
+        size_t size = nelem * elsize;
+        if (hw_load_int(&hw_tracer.mode) == HW_MODE_EXACT || hw_sample_take(tls, size)) {
+            record_block(ptr, size, gil_domain);
+        }
+    }
+    tls->reentrant = 0;
+    return ptr;
+}
+
+static void *
+realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced, int record,
+               int gil_domain)
+{
+    uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
+    hw_capture_t cap;
+    int captured = 0;
+    if (record) {
+        if (capture_caller(&cap, gil_domain) == 0) {
+            captured = 1;
+        }
+        else {
+            hw_count_dropped();
+        }
+    }
+    hw_lock();
+    /* The lock is held across the realloc: once realloc frees the old
+     * address, another thread may get it back, and must not trace it before
+     * the old trace is gone.  Nothing the wrapped allocator calls comes back
+     * to this lock: nested PyMem calls pass through (tls->reentrant). */
+    void *ptr2 = a->realloc(a->ctx, ptr, size);
+    if (ptr2 != NULL && hw_tracer.tracing) {
+        if (was_traced) {
+            hw_remove_trace_unlocked(0, (uintptr_t)ptr);
+        }
+        if (captured && hw_tracer.epoch == epoch) {
+            hw_add_trace_unlocked(0, (uintptr_t)ptr2, size, &cap);
+        }
+    }
+    size_t dead = hw_graveyard_len_unlocked();
+    hw_unlock();
+    if (captured) {
+        hw_capture_release(&cap);
+        if (!cap.foreign) {
+            maybe_queue_drain(dead);
+        }
+    }
+    return ptr2;
+}
+
+static inline void *
+hook_realloc(int d, int gil_domain, void *ptr, size_t size)
+{
+    const PyMemAllocatorEx *a = &hw_saved[d];
+    hw_tls_t *tls = &hw_tls;
+    if (tls->reentrant || !hw_load_int(&hw_tracer.tracing)) {
+        return a->realloc(a->ctx, ptr, size);
+    }
+    tls->reentrant = 1;
+    int was_traced = ptr != NULL && maybe_traced(ptr);
+    int record = hw_load_int(&hw_tracer.recording) &&
+                 (hw_load_int(&hw_tracer.mode) == HW_MODE_EXACT || hw_sample_take(tls, size));
+    void *ptr2;
+    if (!was_traced && !record) {
+        ptr2 = a->realloc(a->ctx, ptr, size);
+    }
+    else {
+        ptr2 = realloc_traced(a, ptr, size, was_traced, record, gil_domain);
+    }
+    tls->reentrant = 0;
+    return ptr2;
+}
+
+static inline void
+hook_free(int d, int gil_domain, void *ptr)
+{
+    const PyMemAllocatorEx *a = &hw_saved[d];
+    hw_tls_t *tls = &hw_tls;
+    if (tls->reentrant) {
+        a->free(a->ctx, ptr);
+        return;
+    }
+    if (ptr != NULL && hw_load_int(&hw_tracer.tracing) && maybe_traced(ptr)) {
+        /* Untrack before freeing: once freed, the address may be reused and
+         * traced by another thread. */
+        hw_lock();
+        if (hw_tracer.tracing) {
+            hw_remove_trace_unlocked(0, (uintptr_t)ptr);
+        }
+        size_t dead = hw_graveyard_len_unlocked();
+        hw_unlock();
+        if (gil_domain) {
+            maybe_queue_drain(dead);
+        }
+    }
+    tls->reentrant = 1;
+    a->free(a->ctx, ptr);
+    tls->reentrant = 0;
+}
+
+#define DEFINE_HOOKS(NAME, D, GIL)                                                   \
+    static void *NAME##_malloc(void *ctx, size_t size)                               \
+    {                                                                                \
+        (void)ctx;                                                                   \
+        return hook_alloc(D, GIL, 0, 1, size);                                       \
+    }                                                                                \
+    static void *NAME##_calloc(void *ctx, size_t nelem, size_t elsize)               \
+    {                                                                                \
+        (void)ctx;                                                                   \
+        return hook_alloc(D, GIL, 1, nelem, elsize);                                 \
+    }                                                                                \
+    static void *NAME##_realloc(void *ctx, void *ptr, size_t size)                   \
+    {                                                                                \
+        (void)ctx;                                                                   \
+        return hook_realloc(D, GIL, ptr, size);                                      \
+    }                                                                                \
+    static void NAME##_free(void *ctx, void *ptr)                                    \
+    {                                                                                \
+        (void)ctx;                                                                   \
+        hook_free(D, GIL, ptr);                                                      \
+    }
+
+DEFINE_HOOKS(raw, D_RAW, 0)
+DEFINE_HOOKS(mem, D_MEM, 1)
+DEFINE_HOOKS(obj, D_OBJ, 1)
+
+static const PyMemAllocatorEx ours[D_COUNT] = {
+    {NULL, raw_malloc, raw_calloc, raw_realloc, raw_free},
+    {NULL, mem_malloc, mem_calloc, mem_realloc, mem_free},
+    {NULL, obj_malloc, obj_calloc, obj_realloc, obj_free},
+};
+
+/* 1 if the stdlib tracer is tracing, 0 if not, -1 with an exception set. */
+static int
+stdlib_tracer_running(void)
+{
+    PyObject *mod = PyImport_ImportModule("_tracemalloc");
+    if (mod == NULL) {
+        PyErr_Clear(); /* a build without it cannot be tracing */
+        return 0;
+    }
+    PyObject *res = PyObject_CallMethod(mod, "is_tracing", NULL);
+    Py_DECREF(mod);
+    if (res == NULL) {
+        return -1;
+    }
+    int running = PyObject_IsTrue(res);
+    Py_DECREF(res);
+    return running;
+}
+
+int
+hw_hooks_install(void)
+{
+    if (installed) {
+        return 0;
+    }
+    int running = stdlib_tracer_running();
+    if (running < 0) {
+        return -1;
+    }
+    if (running) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the stdlib tracemalloc module is tracing: heapwatch cannot install its "
+                        "allocator hooks under it, because tracemalloc.stop() would then remove "
+                        "them; call tracemalloc.stop() first, or start heapwatch before tracemalloc");
+        return -1;
+    }
+    for (int d = 0; d < D_COUNT; d++) {
+        PyMem_GetAllocator(py_domains[d], &hw_saved[d]);
+    }
+    /* Publish hw_saved before any thread can enter a hook. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (int d = 0; d < D_COUNT; d++) {
+        PyMemAllocatorEx hook = ours[d];
+        /* Our hooks ignore ctx; passing the wrapped allocator's own ctx
+         * keeps a torn read (old function, new ctx) harmless. */
+        hook.ctx = hw_saved[d].ctx;
+        PyMem_SetAllocator(py_domains[d], &hook);
+    }
+    installed = 1;
+    return 0;
+}
+
+void
+hw_hooks_uninstall(void)
+{
+    if (!installed) {
+        return;
+    }
+    for (int d = 0; d < D_COUNT; d++) {
+        PyMemAllocatorEx current;
+        PyMem_GetAllocator(py_domains[d], &current);
+        if (current.malloc != ours[d].malloc) {
+            return; /* buried under another hook: stay, passing through */
+        }
+    }
+    for (int d = 0; d < D_COUNT; d++) {
+        PyMem_SetAllocator(py_domains[d], &hw_saved[d]);
+    }
+    installed = 0;
+}
+
+int
+hw_hooks_installed(void)
+{
+    return installed;
+}
+
+/* pthread_atfork handlers: fork() happens with hw_tables_lock held by the
+ * forking thread, so the child's tables are consistent.  The forking thread
+ * passes through its own hooks meanwhile (other atfork handlers may
+ * allocate), and never waits on the lock it holds. */
+static void
+fork_prepare(void)
+{
+    fork_saved_reentrant = hw_tls.reentrant;
+    hw_tls.reentrant = 1;
+    hw_lock();
+}
+
+static void
+fork_parent(void)
+{
+    hw_unlock();
+    hw_tls.reentrant = fork_saved_reentrant;
+}
+
+static void
+fork_child(void)
+{
+    hw_unlock();
+    __atomic_store_n(&drain_queued, 0, __ATOMIC_RELAXED);
+    /* Parent and child must not draw the same sample points. */
+    hw_sampling_reseed_all();
+    hw_sampling_reset_this_thread();
+    hw_tls.reentrant = fork_saved_reentrant;
+}
+
+int
+hw_hooks_init_once(void)
+{
+    if (fork_handlers_registered) {
+        return 0;
+    }
+    int err = pthread_atfork(fork_prepare, fork_parent, fork_child);
+    if (err != 0) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    fork_handlers_registered = 1;
+    return 0;
+}

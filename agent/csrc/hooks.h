@@ -1,0 +1,30 @@
+/* The allocator hooks: PyMem_SetAllocator wrappers for the RAW, MEM and OBJ
+ * domains.
+ *
+ * Each hook delegates to the allocator it wraps (hw_saved, read through a
+ * global rather than the ctx argument, see install) and records the block.
+ * A thread-local flag makes nested calls pass through: pymalloc serves large
+ * requests with PyMem_RawMalloc, so an OBJ allocation would otherwise be
+ * traced a second time by the RAW hook.
+ *
+ * Failure policy: a hook never raises, never fails an allocation that the
+ * wrapped allocator served, and never takes the GIL.  MEM and OBJ hooks run
+ * with the GIL (the API's contract); RAW hooks may run without it, and then
+ * capture the thread's frames without taking references (see tracebacks.h).
+ */
+#ifndef HEAPWATCH_HOOKS_H
+#define HEAPWATCH_HOOKS_H
+
+/* GIL held.  Returns -1 with an exception set when the hooks cannot go in
+ * safely (the stdlib tracer is running and would remove them on stop). */
+int hw_hooks_install(void);
+/* GIL held.  Removes our hooks if they are still on top of the chain;
+ * otherwise (another hook was installed over ours) they stay in the chain,
+ * passing through, so that hook keeps working. */
+void hw_hooks_uninstall(void);
+/* 1 if our hooks are in the allocator chain. */
+int hw_hooks_installed(void);
+/* Registers the fork handlers once.  Returns -1 with an exception set. */
+int hw_hooks_init_once(void);
+
+#endif

@@ -1,0 +1,71 @@
+#include "mem.h"
+
+#include <malloc.h>
+#include <stdlib.h>
+
+/* Atomic counters: updated by hooks running without the GIL. */
+static size_t hw_mem_bytes[HW_MEM_NCATEGORIES];
+
+static inline void
+account(hw_mem_category_t cat, void *ptr, int sign)
+{
+    size_t usable = malloc_usable_size(ptr);
+    if (sign > 0) {
+        __atomic_add_fetch(&hw_mem_bytes[cat], usable, __ATOMIC_RELAXED);
+    }
+    else {
+        __atomic_sub_fetch(&hw_mem_bytes[cat], usable, __ATOMIC_RELAXED);
+    }
+}
+
+void *
+hw_malloc(hw_mem_category_t cat, size_t size)
+{
+    void *ptr = malloc(size ? size : 1);
+    if (ptr != NULL) {
+        account(cat, ptr, +1);
+    }
+    return ptr;
+}
+
+void *
+hw_calloc(hw_mem_category_t cat, size_t nelem, size_t elsize)
+{
+    void *ptr = calloc(nelem ? nelem : 1, elsize ? elsize : 1);
+    if (ptr != NULL) {
+        account(cat, ptr, +1);
+    }
+    return ptr;
+}
+
+void *
+hw_realloc(hw_mem_category_t cat, void *ptr, size_t size)
+{
+    if (ptr == NULL) {
+        return hw_malloc(cat, size);
+    }
+    size_t old = malloc_usable_size(ptr);
+    void *ptr2 = realloc(ptr, size ? size : 1);
+    if (ptr2 == NULL) {
+        return NULL;
+    }
+    __atomic_sub_fetch(&hw_mem_bytes[cat], old, __ATOMIC_RELAXED);
+    account(cat, ptr2, +1);
+    return ptr2;
+}
+
+void
+hw_free(hw_mem_category_t cat, void *ptr)
+{
+    if (ptr == NULL) {
+        return;
+    }
+    account(cat, ptr, -1);
+    free(ptr);
+}
+
+size_t
+hw_mem_used(hw_mem_category_t cat)
+{
+    return __atomic_load_n(&hw_mem_bytes[cat], __ATOMIC_RELAXED);
+}

@@ -1,0 +1,813 @@
+/* heapwatch._core: the binding.  It parses arguments, converts results to
+ * the tuples documented in snapshot.h and groups.h, and owns the Snapshot and
+ * Groups types.  The engine lives in the other files. */
+#include "compat.h"
+
+#include <string.h>
+
+#include "groups.h"
+#include "hooks.h"
+#include "mem.h"
+#include "snapshot.h"
+#include "sync.h"
+#include "tracer.h"
+
+static const char *const mode_names[] = {"exact", "sample"};
+
+/* ---- Groups ------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    hw_groups_t *groups;
+} GroupsObject;
+
+static PyTypeObject Groups_Type;
+
+static void
+Groups_dealloc(GroupsObject *self)
+{
+    hw_groups_free(self->groups);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+parse_limit(PyObject *obj, Py_ssize_t *limit)
+{
+    if (obj == NULL || obj == Py_None) {
+        *limit = -1;
+        return 0;
+    }
+    *limit = PyLong_AsSsize_t(obj);
+    if (*limit == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (*limit < 0) {
+        PyErr_Format(PyExc_ValueError, "limit must be None or >= 0, got %zd", *limit);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+Groups_statistics(GroupsObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"limit", NULL};
+    PyObject *limit_obj = NULL;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:statistics", kwlist, &limit_obj) ||
+        parse_limit(limit_obj, &limit) < 0) {
+        return NULL;
+    }
+    return hw_groups_statistics(self->groups, limit);
+}
+
+static PyObject *
+Groups_compare(GroupsObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"old", "limit", NULL};
+    GroupsObject *old;
+    PyObject *limit_obj = NULL;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!|O:compare", kwlist, &Groups_Type, &old,
+                                     &limit_obj) ||
+        parse_limit(limit_obj, &limit) < 0) {
+        return NULL;
+    }
+    return hw_groups_compare(self->groups, old->groups, limit);
+}
+
+static PyObject *
+Groups_growth(GroupsObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"old", "limit", NULL};
+    PyObject *old;
+    PyObject *limit_obj = NULL;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:growth", kwlist, &old, &limit_obj) ||
+        parse_limit(limit_obj, &limit) < 0) {
+        return NULL;
+    }
+    if (old != Py_None && !PyObject_TypeCheck(old, &Groups_Type)) {
+        PyErr_Format(PyExc_TypeError, "old must be Groups or None, not %.100s",
+                     Py_TYPE(old)->tp_name);
+        return NULL;
+    }
+    hw_groups_t *prev = old == Py_None ? NULL : ((GroupsObject *)old)->groups;
+    return hw_groups_growth(self->groups, prev, limit);
+}
+
+static PyObject *
+Groups_get_total(GroupsObject *self, void *closure)
+{
+    (void)closure;
+    return Py_BuildValue("(KK)", (unsigned long long)self->groups->total_size,
+                         (unsigned long long)hw_count_round(self->groups->total_count_fp));
+}
+
+static Py_ssize_t
+Groups_len(GroupsObject *self)
+{
+    return (Py_ssize_t)self->groups->ngroups;
+}
+
+static PyMethodDef Groups_methods[] = {
+    {"statistics", (PyCFunction)(void (*)(void))Groups_statistics, METH_VARARGS | METH_KEYWORDS,
+     "statistics(limit=None) -> list of (frames, size, count), in the stdlib's order."},
+    {"compare", (PyCFunction)(void (*)(void))Groups_compare, METH_VARARGS | METH_KEYWORDS,
+     "compare(old, limit=None) -> list of (frames, size, size_diff, count, count_diff)."},
+    {"growth", (PyCFunction)(void (*)(void))Groups_growth, METH_VARARGS | METH_KEYWORDS,
+     "growth(old, limit=None) -> the first statistics, with their differences from old."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Groups_getset[] = {
+    {"total", (getter)Groups_get_total, NULL, "(size, count) over every group's traces", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods Groups_as_sequence = {
+    .sq_length = (lenfunc)Groups_len,
+};
+
+static PyTypeObject Groups_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "heapwatch._core.Groups",
+    .tp_basicsize = sizeof(GroupsObject),
+    .tp_dealloc = (destructor)Groups_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A snapshot's statistics grouped in C (Snapshot.group()).",
+    .tp_methods = Groups_methods,
+    .tp_getset = Groups_getset,
+    .tp_as_sequence = &Groups_as_sequence,
+};
+
+/* ---- Snapshot ---------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    hw_snapshot_t *snap;
+    PyObject *tb_tuples; /* list: frames tuple per traceback, None until built */
+} SnapshotObject;
+
+static PyTypeObject Snapshot_Type;
+
+static void
+Snapshot_dealloc(SnapshotObject *self)
+{
+    Py_XDECREF(self->tb_tuples);
+    hw_snapshot_free(self->snap);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Frames tuple of traceback i, built once per snapshot and shared. */
+static PyObject *
+tb_tuple(SnapshotObject *self, uint32_t i)
+{
+    hw_snapshot_t *snap = self->snap;
+    if (self->tb_tuples == NULL) {
+        self->tb_tuples = PyList_New((Py_ssize_t)snap->ntbs);
+        if (self->tb_tuples == NULL) {
+            return NULL;
+        }
+        for (uint32_t k = 0; k < snap->ntbs; k++) {
+            PyList_SET_ITEM(self->tb_tuples, k, Py_NewRef(Py_None));
+        }
+    }
+    PyObject *cached = PyList_GET_ITEM(self->tb_tuples, i);
+    if (cached != Py_None) {
+        return Py_NewRef(cached);
+    }
+    hw_traceback_t *tb = snap->tbs[i];
+    if (hw_snapshot_resolve(snap, i, tb->nframe) < 0) {
+        return NULL;
+    }
+    PyObject *frames = hw_rframes_to_tuple(hw_snapshot_rframes(snap, i), tb->nframe);
+    if (frames == NULL) {
+        return NULL;
+    }
+    PyList_SetItem(self->tb_tuples, i, Py_NewRef(frames));
+    return frames;
+}
+
+static PyObject *
+Snapshot_traces(SnapshotObject *self, PyObject *unused)
+{
+    (void)unused;
+    hw_snapshot_t *snap = self->snap;
+    if (snap->traces == NULL) {
+        PyErr_SetString(PyExc_ValueError, "this snapshot was taken without traces (traces=False)");
+        return NULL;
+    }
+    PyObject *list = PyList_New((Py_ssize_t)snap->ntraces);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (size_t k = 0; k < snap->ntraces; k++) {
+        uint32_t i = snap->traces[k].tb;
+        PyObject *frames = tb_tuple(self, i);
+        if (frames == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyObject *trace = Py_BuildValue("(IKNI)", snap->tbs[i]->domain,
+                                        (unsigned long long)snap->traces[k].size, frames,
+                                        (unsigned int)snap->tbs[i]->total_nframe);
+        if (trace == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)k, trace);
+    }
+    return list;
+}
+
+static PyObject *
+Snapshot_tracebacks(SnapshotObject *self, PyObject *unused)
+{
+    (void)unused;
+    hw_snapshot_t *snap = self->snap;
+    PyObject *list = PyList_New((Py_ssize_t)snap->ntbs);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (uint32_t i = 0; i < snap->ntbs; i++) {
+        PyObject *frames = tb_tuple(self, i);
+        if (frames == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyObject *item = Py_BuildValue("(INIKK)", snap->tbs[i]->domain, frames,
+                                       (unsigned int)snap->tbs[i]->total_nframe,
+                                       (unsigned long long)snap->tb_size[i],
+                                       (unsigned long long)hw_count_round(snap->tb_count_fp[i]));
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+static int
+parse_key_type(PyObject *obj, hw_key_type_t *key_type)
+{
+    if (PyUnicode_Check(obj)) {
+        if (PyUnicode_CompareWithASCIIString(obj, "lineno") == 0) {
+            *key_type = HW_KEY_LINENO;
+            return 0;
+        }
+        if (PyUnicode_CompareWithASCIIString(obj, "filename") == 0) {
+            *key_type = HW_KEY_FILENAME;
+            return 0;
+        }
+        if (PyUnicode_CompareWithASCIIString(obj, "traceback") == 0) {
+            *key_type = HW_KEY_TRACEBACK;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "unknown key_type: %R", obj);
+    return -1;
+}
+
+static PyObject *
+Snapshot_group(SnapshotObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"key_type", "cumulative", "mask", NULL};
+    PyObject *key_obj;
+    int cumulative = 0;
+    PyObject *mask_obj = Py_None;
+    hw_key_type_t key_type;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pO:group", kwlist, &key_obj, &cumulative,
+                                     &mask_obj) ||
+        parse_key_type(key_obj, &key_type) < 0) {
+        return NULL;
+    }
+    if (cumulative && key_type == HW_KEY_TRACEBACK) {
+        PyErr_Format(PyExc_ValueError, "cumulative mode cannot by used with key type %R", key_obj);
+        return NULL;
+    }
+    const unsigned char *mask = NULL;
+    if (mask_obj != Py_None) {
+        if (!PyBytes_Check(mask_obj) || PyBytes_GET_SIZE(mask_obj) != (Py_ssize_t)self->snap->ntbs) {
+            PyErr_Format(PyExc_ValueError,
+                         "mask must be None or bytes with one byte per traceback (%u)",
+                         self->snap->ntbs);
+            return NULL;
+        }
+        mask = (const unsigned char *)PyBytes_AS_STRING(mask_obj);
+    }
+    hw_groups_t *groups = hw_groups_build(self->snap, key_type, cumulative, mask);
+    if (groups == NULL) {
+        return NULL;
+    }
+    GroupsObject *obj = PyObject_New(GroupsObject, &Groups_Type);
+    if (obj == NULL) {
+        hw_groups_free(groups);
+        return NULL;
+    }
+    obj->groups = groups;
+    return (PyObject *)obj;
+}
+
+#define SNAP_GETTER(NAME, EXPR)                                      \
+    static PyObject *Snapshot_get_##NAME(SnapshotObject *self, void *c) \
+    {                                                                \
+        (void)c;                                                     \
+        hw_snapshot_t *snap = self->snap;                            \
+        (void)snap;                                                  \
+        return EXPR;                                                 \
+    }
+
+SNAP_GETTER(traceback_limit, PyLong_FromLong(snap->traceback_limit))
+SNAP_GETTER(mode, PyUnicode_FromString(mode_names[snap->mode]))
+SNAP_GETTER(sample_interval, PyLong_FromUnsignedLongLong(snap->sample_interval))
+SNAP_GETTER(traced, PyLong_FromUnsignedLongLong(snap->traced))
+SNAP_GETTER(peak, PyLong_FromUnsignedLongLong(snap->peak))
+SNAP_GETTER(blocks, PyLong_FromUnsignedLongLong(hw_count_round(snap->count_fp)))
+SNAP_GETTER(has_traces, PyBool_FromLong(snap->traces != NULL))
+SNAP_GETTER(ntraces, PyLong_FromSize_t(snap->ntraces))
+SNAP_GETTER(ntracebacks, PyLong_FromUnsignedLong(snap->ntbs))
+
+static PyMethodDef Snapshot_methods[] = {
+    {"traces", (PyCFunction)Snapshot_traces, METH_NOARGS,
+     "traces() -> list of (domain, size, frames, total_nframe)."},
+    {"tracebacks", (PyCFunction)Snapshot_tracebacks, METH_NOARGS,
+     "tracebacks() -> list of (domain, frames, total_nframe, size, count), one per traceback."},
+    {"group", (PyCFunction)(void (*)(void))Snapshot_group, METH_VARARGS | METH_KEYWORDS,
+     "group(key_type, cumulative=False, mask=None) -> Groups."},
+    {NULL, NULL, 0, NULL},
+};
+
+#define GETSET(NAME, DOC) {#NAME, (getter)Snapshot_get_##NAME, NULL, DOC, NULL}
+static PyGetSetDef Snapshot_getset[] = {
+    GETSET(traceback_limit, "frames kept per traceback"),
+    GETSET(mode, "'exact' or 'sample'"),
+    GETSET(sample_interval, "mean bytes between samples (sample mode)"),
+    GETSET(traced, "traced bytes when taken (an estimate in sample mode)"),
+    GETSET(peak, "peak traced bytes when taken"),
+    GETSET(blocks, "traced blocks when taken (an estimate in sample mode)"),
+    GETSET(has_traces, "whether traces() is available"),
+    GETSET(ntraces, "number of traces held"),
+    GETSET(ntracebacks, "number of distinct tracebacks held"),
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Snapshot_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "heapwatch._core.Snapshot",
+    .tp_basicsize = sizeof(SnapshotObject),
+    .tp_dealloc = (destructor)Snapshot_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "What the tracer held at one moment (take_snapshot()).",
+    .tp_methods = Snapshot_methods,
+    .tp_getset = Snapshot_getset,
+};
+
+/* ---- module functions -------------------------------------------------- */
+
+static PyObject *
+core_start(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    (void)module;
+    static char *kwlist[] = {"nframe", "mode", "sample_interval", NULL};
+    int nframe = 1;
+    const char *mode_name = "exact";
+    unsigned long long interval = HW_DEFAULT_SAMPLE_INTERVAL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|isK:start", kwlist, &nframe, &mode_name,
+                                     &interval)) {
+        return NULL;
+    }
+    if (nframe < 1 || nframe > HW_MAX_NFRAME) {
+        PyErr_Format(PyExc_ValueError, "the number of frames must be in range [1; %i]",
+                     HW_MAX_NFRAME);
+        return NULL;
+    }
+    int mode;
+    if (strcmp(mode_name, "exact") == 0) {
+        mode = HW_MODE_EXACT;
+    }
+    else if (strcmp(mode_name, "sample") == 0) {
+        mode = HW_MODE_SAMPLE;
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "mode must be 'exact' or 'sample', got %R",
+                     PyTuple_Size(args) > 1 ? PyTuple_GET_ITEM(args, 1)
+                                            : PyDict_GetItemString(kwds, "mode"));
+        return NULL;
+    }
+    if (interval < 1 || interval > ((unsigned long long)1 << 40)) {
+        PyErr_Format(PyExc_ValueError, "sample_interval must be in range [1; %llu] bytes, got %llu",
+                     (unsigned long long)1 << 40, interval);
+        return NULL;
+    }
+    if (hw_start(nframe, mode, (uint64_t)interval) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_stop(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    hw_stop();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_is_tracing(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(hw_load_int(&hw_tracer.tracing));
+}
+
+static PyObject *
+core_clear_traces(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    hw_clear_traces();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_reset_peak(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    hw_reset_peak();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_get_traceback_limit(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(hw_load_int(&hw_tracer.max_nframe));
+}
+
+static PyObject *
+core_get_traced_memory(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (!hw_load_int(&hw_tracer.tracing)) {
+        return Py_BuildValue("(ii)", 0, 0);
+    }
+    uint64_t current, peak, count_fp;
+    hw_get_traced(&current, &peak, &count_fp);
+    return Py_BuildValue("(KK)", (unsigned long long)current, (unsigned long long)peak);
+}
+
+static PyObject *
+core_get_tracemalloc_memory(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromSize_t(hw_tracer_memory());
+}
+
+static PyObject *
+core_get_object_traceback(PyObject *module, PyObject *obj)
+{
+    (void)module;
+    if (!hw_load_int(&hw_tracer.tracing)) {
+        Py_RETURN_NONE;
+    }
+    uintptr_t ptr = (uintptr_t)hw_object_block(obj);
+    hw_traceback_t *tb = NULL;
+    hw_lock();
+    hw_trace_t trace;
+    if (hw_tracer.tracing && hw_traces_get_unlocked(&hw_tracer.traces, ptr, &trace)) {
+        tb = hw_tb_by_id_unlocked(trace.tb);
+        if (tb != NULL) {
+            tb->pins++; /* keeps it and its code objects alive while we resolve */
+        }
+    }
+    hw_unlock();
+    if (tb == NULL) {
+        Py_RETURN_NONE;
+    }
+    PyObject *frames = PyTuple_New(tb->nframe);
+    for (int i = 0; frames != NULL && i < tb->nframe; i++) {
+        int lineno;
+        PyObject *name = hw_frame_resolve(&tb->frames[i], NULL, &lineno);
+        PyObject *frame = name != NULL ? Py_BuildValue("(Ni)", name, lineno) : NULL;
+        if (frame == NULL) {
+            Py_CLEAR(frames);
+            break;
+        }
+        PyTuple_SET_ITEM(frames, i, frame);
+    }
+    hw_lock();
+    tb->pins--;
+    hw_tb_release_if_unused_unlocked(tb);
+    hw_unlock();
+    return frames;
+}
+
+static PyObject *
+core_take_snapshot(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    (void)module;
+    static char *kwlist[] = {"traces", NULL};
+    int with_traces = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:take_snapshot", kwlist, &with_traces)) {
+        return NULL;
+    }
+    SnapshotObject *obj = PyObject_New(SnapshotObject, &Snapshot_Type);
+    if (obj == NULL) {
+        return NULL;
+    }
+    obj->tb_tuples = NULL;
+    obj->snap = hw_snapshot_take(with_traces);
+    if (obj->snap == NULL) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    return (PyObject *)obj;
+}
+
+static PyObject *
+core_get_config(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("{s:O,s:s,s:K,s:i}", "tracing",
+                         hw_load_int(&hw_tracer.tracing) ? Py_True : Py_False, "mode",
+                         mode_names[hw_load_int(&hw_tracer.mode)], "sample_interval",
+                         (unsigned long long)__atomic_load_n(&hw_tracer.sample_interval,
+                                                             __ATOMIC_RELAXED),
+                         "nframe", hw_load_int(&hw_tracer.max_nframe));
+}
+
+static PyObject *
+core_get_stats(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    uint64_t current, peak, count_fp;
+    hw_get_traced(&current, &peak, &count_fp);
+    hw_lock();
+    size_t ntbs = hw_tb_count_unlocked();
+    size_t graveyard = hw_graveyard_len_unlocked();
+    hw_unlock();
+    return Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:n,s:n,s:n,s:n}", "traced", (unsigned long long)current, "peak",
+        (unsigned long long)peak, "blocks", (unsigned long long)hw_count_round(count_fp),
+        "dropped", (unsigned long long)__atomic_load_n(&hw_tracer.dropped, __ATOMIC_RELAXED),
+        "recorded", (unsigned long long)__atomic_load_n(&hw_tracer.recorded, __ATOMIC_RELAXED),
+        "live_traces", (Py_ssize_t)__atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED),
+        "tracebacks", (Py_ssize_t)ntbs, "graveyard", (Py_ssize_t)graveyard, "snapshot_memory",
+        (Py_ssize_t)hw_mem_used(HW_MEM_SNAPSHOT));
+}
+
+static PyObject *
+core_drain(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    hw_graveyard_drain();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_hooks_installed(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(hw_hooks_installed());
+}
+
+static PyObject *
+core_track(PyObject *module, PyObject *args)
+{
+    (void)module;
+    unsigned int domain;
+    unsigned long long ptr, size;
+    if (!PyArg_ParseTuple(args, "IKK:_track", &domain, &ptr, &size)) {
+        return NULL;
+    }
+    if (!hw_load_int(&hw_tracer.tracing)) {
+        return PyLong_FromLong(-2);
+    }
+    if (ptr == 0) {
+        PyErr_SetString(PyExc_ValueError, "ptr must not be 0");
+        return NULL;
+    }
+    hw_capture_t cap;
+    if (hw_capture(&cap, hw_tstate_unchecked(), 0, hw_load_int(&hw_tracer.max_nframe)) < 0) {
+        return PyErr_NoMemory();
+    }
+    uint64_t dropped = __atomic_load_n(&hw_tracer.dropped, __ATOMIC_RELAXED);
+    hw_lock();
+    if (hw_tracer.tracing) {
+        hw_add_trace_unlocked(domain, (uintptr_t)ptr, (size_t)size, &cap);
+    }
+    hw_unlock();
+    hw_capture_release(&cap);
+    int failed = __atomic_load_n(&hw_tracer.dropped, __ATOMIC_RELAXED) != dropped;
+    return PyLong_FromLong(failed ? -1 : 0);
+}
+
+static PyObject *
+core_untrack(PyObject *module, PyObject *args)
+{
+    (void)module;
+    unsigned int domain;
+    unsigned long long ptr;
+    if (!PyArg_ParseTuple(args, "IK:_untrack", &domain, &ptr)) {
+        return NULL;
+    }
+    if (!hw_load_int(&hw_tracer.tracing)) {
+        return PyLong_FromLong(-2);
+    }
+    hw_lock();
+    if (hw_tracer.tracing) {
+        (void)hw_remove_trace_unlocked(domain, (uintptr_t)ptr);
+    }
+    hw_unlock();
+    hw_graveyard_drain();
+    return PyLong_FromLong(0);
+}
+
+static PyObject *
+core_at_exit(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    hw_at_exit();
+    Py_RETURN_NONE;
+}
+
+/* Walks every table and checks the invariants of tracer.h. */
+static const char *
+check_table_unlocked(const hw_traces_t *table, uint32_t domain, uint64_t *counts, uint64_t *sizes,
+                     uint64_t *count_fps, uint32_t bound)
+{
+    for (size_t i = 0; i <= table->mask; i++) {
+        const hw_slot_t *slot = &table->slots[i];
+        if (slot->ptr == 0) {
+            continue;
+        }
+        if (slot->tb == 0 || slot->tb >= bound) {
+            return "a trace names an invalid traceback id";
+        }
+        hw_traceback_t *tb = hw_tb_by_id_unlocked(slot->tb);
+        if (tb == NULL) {
+            return "a trace names a freed traceback";
+        }
+        if (tb->domain != domain) {
+            return "a trace's traceback belongs to another domain";
+        }
+        uint64_t est, cnt;
+        hw_weigh(hw_traces_slot_size_unlocked(table, slot), &est, &cnt);
+        counts[slot->tb]++;
+        sizes[slot->tb] += est;
+        count_fps[slot->tb] += cnt;
+    }
+    return NULL;
+}
+
+static PyObject *
+core_check_invariants(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    const char *problem = NULL;
+    hw_lock();
+    uint32_t bound = hw_tb_id_bound_unlocked();
+    uint64_t *counts = hw_calloc(HW_MEM_SNAPSHOT, bound, sizeof(uint64_t));
+    uint64_t *sizes = hw_calloc(HW_MEM_SNAPSHOT, bound, sizeof(uint64_t));
+    uint64_t *count_fps = hw_calloc(HW_MEM_SNAPSHOT, bound, sizeof(uint64_t));
+    if (counts == NULL || sizes == NULL || count_fps == NULL) {
+        problem = "out of memory";
+        goto done;
+    }
+    if (!hw_tracer.tracing) {
+        goto done;
+    }
+    uint64_t entries = hw_tracer.traces.count;
+    problem = check_table_unlocked(&hw_tracer.traces, 0, counts, sizes, count_fps, bound);
+    for (size_t d = 0; problem == NULL && d < hw_tracer.ndomains; d++) {
+        entries += hw_tracer.domains[d].traces.count;
+        problem = check_table_unlocked(&hw_tracer.domains[d].traces, hw_tracer.domains[d].domain,
+                                       counts, sizes, count_fps, bound);
+    }
+    if (problem != NULL) {
+        goto done;
+    }
+    if (entries != __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED)) {
+        problem = "ntraces differs from the number of trace slots";
+        goto done;
+    }
+    uint64_t total = 0, total_fp = 0;
+    for (uint32_t id = 1; id < bound; id++) {
+        hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
+        if (tb == NULL) {
+            continue;
+        }
+        if (tb->ntraces != counts[id] || tb->size != sizes[id] || tb->count_fp != count_fps[id]) {
+            problem = "a traceback's sums differ from its traces";
+            goto done;
+        }
+        if (tb->ntraces == 0 && tb->pins == 0) {
+            problem = "an unused traceback was not released";
+            goto done;
+        }
+        total += tb->size;
+        total_fp += tb->count_fp;
+    }
+    if (total != hw_tracer.traced || total_fp != hw_tracer.count_fp) {
+        problem = "the traced totals differ from the sum of the traces";
+    }
+    else if (hw_tracer.peak < hw_tracer.traced) {
+        problem = "the peak is below the current traced size";
+    }
+done:
+    hw_unlock();
+    hw_free(HW_MEM_SNAPSHOT, counts);
+    hw_free(HW_MEM_SNAPSHOT, sizes);
+    hw_free(HW_MEM_SNAPSHOT, count_fps);
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_AssertionError, problem);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef core_methods[] = {
+    {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
+     "start(nframe=1, mode='exact', sample_interval=524288)"},
+    {"stop", core_stop, METH_NOARGS, "Stop tracing and clear every trace."},
+    {"is_tracing", core_is_tracing, METH_NOARGS, NULL},
+    {"clear_traces", core_clear_traces, METH_NOARGS, NULL},
+    {"reset_peak", core_reset_peak, METH_NOARGS, NULL},
+    {"get_traceback_limit", core_get_traceback_limit, METH_NOARGS, NULL},
+    {"get_traced_memory", core_get_traced_memory, METH_NOARGS, "-> (current, peak)"},
+    {"get_tracemalloc_memory", core_get_tracemalloc_memory, METH_NOARGS,
+     "Bytes held by the tracer: tables at capacity, tracebacks, names."},
+    {"get_object_traceback", core_get_object_traceback, METH_O, "-> frames or None"},
+    {"take_snapshot", (PyCFunction)(void (*)(void))core_take_snapshot,
+     METH_VARARGS | METH_KEYWORDS, "take_snapshot(traces=True) -> Snapshot"},
+    {"get_config", core_get_config, METH_NOARGS, NULL},
+    {"get_stats", core_get_stats, METH_NOARGS, NULL},
+    {"drain", core_drain, METH_NOARGS, "Release code objects no trace refers to any more."},
+    {"hooks_installed", core_hooks_installed, METH_NOARGS, NULL},
+    {"_track", core_track, METH_VARARGS, "_track(domain, ptr, size) -> 0, -1 or -2"},
+    {"_untrack", core_untrack, METH_VARARGS, "_untrack(domain, ptr) -> 0 or -2"},
+    {"_at_exit", core_at_exit, METH_NOARGS, NULL},
+    {"_check_invariants", core_check_invariants, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "heapwatch._core",
+    .m_doc = "heapwatch's allocator hooks, trace tables and aggregation.",
+    .m_size = -1,
+    .m_methods = core_methods,
+};
+
+static int
+register_at_exit(PyObject *module)
+{
+    PyObject *atexit = PyImport_ImportModule("atexit");
+    if (atexit == NULL) {
+        return -1;
+    }
+    PyObject *func = PyObject_GetAttrString(module, "_at_exit");
+    PyObject *res = func != NULL ? PyObject_CallMethod(atexit, "register", "O", func) : NULL;
+    Py_XDECREF(func);
+    Py_DECREF(atexit);
+    Py_XDECREF(res);
+    return res != NULL ? 0 : -1;
+}
+
+PyMODINIT_FUNC
+PyInit__core(void)
+{
+    if (PyType_Ready(&Snapshot_Type) < 0 || PyType_Ready(&Groups_Type) < 0) {
+        return NULL;
+    }
+    if (hw_hooks_init_once() < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&core_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObject(module, "Snapshot", Py_NewRef((PyObject *)&Snapshot_Type)) < 0 ||
+        PyModule_AddObject(module, "Groups", Py_NewRef((PyObject *)&Groups_Type)) < 0 ||
+        PyModule_AddIntConstant(module, "MAX_NFRAME", HW_MAX_NFRAME) < 0 ||
+        PyModule_AddIntConstant(module, "DEFAULT_SAMPLE_INTERVAL", HW_DEFAULT_SAMPLE_INTERVAL) < 0 ||
+        register_at_exit(module) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,121 @@
+#include "sampling.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "tracer.h"
+
+__thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
+
+/* Buckets: atomic adds under hw_tables_lock, atomic loads without it. */
+uint32_t hw_sample_filter[1u << HW_FILTER_BITS];
+/* Whether any bucket may be non-zero; hw_tables_lock. */
+static int filter_dirty;
+
+/* Atomic.  Starts at 1 so that a fresh thread (rng_gen 0) always seeds. */
+static uint32_t hw_rng_generation = 1;
+static uint64_t hw_rng_seed;
+
+void
+hw_filter_add_unlocked(uintptr_t ptr, int delta)
+{
+    uint32_t *bucket = &hw_sample_filter[hw_filter_slot(ptr)];
+    if (delta > 0) {
+        __atomic_add_fetch(bucket, 1, __ATOMIC_RELAXED);
+        filter_dirty = 1;
+    }
+    else {
+        __atomic_sub_fetch(bucket, 1, __ATOMIC_RELAXED);
+    }
+}
+
+void
+hw_filter_clear_unlocked(void)
+{
+    if (filter_dirty) {
+        memset(hw_sample_filter, 0, sizeof(hw_sample_filter));
+        filter_dirty = 0;
+    }
+}
+
+static uint64_t
+mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= UINT64_C(0xBF58476D1CE4E5B9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94D049BB133111EB);
+    x ^= x >> 31;
+    return x;
+}
+
+void
+hw_sampling_reseed_all(void)
+{
+    uint64_t seed;
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
+    }
+    __atomic_store_n(&hw_rng_seed, seed, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&hw_rng_generation, 1, __ATOMIC_RELEASE);
+}
+
+void
+hw_sampling_reset_this_thread(void)
+{
+    hw_tls.countdown = 0;
+    hw_tls.rng_gen = 0;
+}
+
+static uint64_t
+next_random(hw_tls_t *tls)
+{
+    /* xorshift64*: small state, fast, plenty for sample spacing. */
+    uint64_t x = tls->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    tls->rng = x;
+    return x * UINT64_C(0x2545F4914F6CDD1D);
+}
+
+static int64_t
+draw_countdown(hw_tls_t *tls)
+{
+    double interval = (double)__atomic_load_n(&hw_tracer.sample_interval, __ATOMIC_RELAXED);
+    /* u in (0, 1]: -log(u) is finite. */
+    double u = (double)((next_random(tls) >> 11) + 1) * (1.0 / 9007199254740992.0);
+    double bytes = -log(u) * interval;
+    if (bytes < 1.0) {
+        return 1;
+    }
+    if (bytes > 9.0e18) {
+        return INT64_MAX;
+    }
+    return (int64_t)bytes;
+}
+
+int
+hw_sample_slow(hw_tls_t *tls, size_t size)
+{
+    uint32_t gen = __atomic_load_n(&hw_rng_generation, __ATOMIC_ACQUIRE);
+    if (tls->rng_gen != gen) {
+        uint64_t seed = __atomic_load_n(&hw_rng_seed, __ATOMIC_RELAXED);
+        tls->rng = mix64(seed ^ mix64((uint64_t)pthread_self()) ^ ((uint64_t)gen << 1)) | 1;
+        tls->rng_gen = gen;
+        /* The countdown left from before is not from this stream. */
+        tls->countdown = draw_countdown(tls) - (int64_t)size;
+        if (tls->countdown > 0) {
+            return 0;
+        }
+    }
+    /* The process is memoryless: the next point is drawn afresh from the
+     * end of this block. */
+    tls->countdown = draw_countdown(tls);
+    return 1;
+}

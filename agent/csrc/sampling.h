@@ -1,0 +1,69 @@
+/* Sampling: a Poisson process over allocated bytes, as tcmalloc and Go do.
+ *
+ * Each thread counts down the bytes to its next sample point, drawn from an
+ * exponential distribution of mean sample_interval.  The unsampled path is a
+ * thread-local subtraction: no lock, no frame walk, no GIL.
+ *
+ * To free a block without a table lookup, hw_sample_filter counts sampled
+ * live blocks per hash bucket of their address: a zero bucket proves the
+ * block was not sampled.  Buckets change under hw_tables_lock (atomic adds)
+ * and are read without it: a free happens after its malloc returned the
+ * pointer, so it sees that malloc's increment.
+ */
+#ifndef HEAPWATCH_SAMPLING_H
+#define HEAPWATCH_SAMPLING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compat.h"
+
+typedef struct {
+    int reentrant;     /* inside one of our hooks: nested calls pass through */
+    uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
+    int64_t countdown; /* bytes to the next sample point */
+    uint64_t rng;      /* xorshift64* state */
+} hw_tls_t;
+
+/* Thread-local.  initial-exec: a few bytes of static TLS make every access a
+ * plain %fs-relative load on the hot path. */
+extern __thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
+
+#define HW_FILTER_BITS 16
+extern uint32_t hw_sample_filter[1u << HW_FILTER_BITS];
+
+static inline size_t
+hw_filter_slot(uintptr_t ptr)
+{
+    return (size_t)(((uint64_t)ptr * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - HW_FILTER_BITS));
+}
+
+static inline int
+hw_filter_maybe(const void *ptr)
+{
+    return __atomic_load_n(&hw_sample_filter[hw_filter_slot((uintptr_t)ptr)], __ATOMIC_RELAXED) != 0;
+}
+
+/* hw_tables_lock held. */
+void hw_filter_add_unlocked(uintptr_t ptr, int delta);
+void hw_filter_clear_unlocked(void);
+
+int hw_sample_slow(hw_tls_t *tls, size_t size);
+
+/* Consumes size bytes of the calling thread's countdown; 1 if sampled. */
+static inline int
+hw_sample_take(hw_tls_t *tls, size_t size)
+{
+    tls->countdown -= (int64_t)size;
+    if (HW_LIKELY(tls->countdown > 0)) {
+        return 0;
+    }
+    return hw_sample_slow(tls, size);
+}
+
+/* Makes every thread reseed at its next sample point (start, fork child). */
+void hw_sampling_reseed_all(void);
+/* For the fork child's only thread: forget the inherited countdown too. */
+void hw_sampling_reset_this_thread(void);
+
+#endif

@@ -1,0 +1,69 @@
+/* Snapshots: what the tracer held at one moment, detached from the tables.
+ *
+ * Taking one holds hw_tables_lock for a single pass: over the live tracebacks
+ * only (per-traceback sums, kept up to date by the hooks) or, when traces are
+ * wanted, over the trace tables too.  The tracebacks are pinned, so they and
+ * their code objects outlive the traces.  Everything after that pass (line
+ * numbers, grouping, sorting) runs with the GIL and without the lock.
+ *
+ * The C/Python boundary (typed in heapwatch/_core.pyi):
+ *   frame      (filename: str, lineno: int)
+ *   frames     tuple of frames, most recent first (the stdlib's raw order)
+ *   trace      (domain: int, size: int, frames, total_nframe: int)
+ */
+#ifndef HEAPWATCH_SNAPSHOT_H
+#define HEAPWATCH_SNAPSHOT_H
+
+#include "compat.h"
+#include "tracebacks.h"
+
+typedef struct {
+    uint32_t tb; /* index in the snapshot's tracebacks */
+    uint64_t size;
+} hw_snap_trace_t;
+
+/* A resolved frame; filename borrowed from the owner's filename dict. */
+typedef struct {
+    PyObject *filename;
+    int lineno;
+} hw_rframe_t;
+
+typedef struct {
+    hw_traceback_t **tbs; /* pinned */
+    uint64_t *tb_size;    /* estimated bytes per traceback */
+    uint64_t *tb_count_fp;
+    uint32_t ntbs;
+    hw_snap_trace_t *traces; /* NULL unless taken with traces */
+    size_t ntraces;
+    int traceback_limit;
+    int mode;
+    uint64_t sample_interval;
+    uint64_t traced;
+    uint64_t peak;
+    uint64_t count_fp;
+    /* Resolution, GIL. */
+    PyObject *filenames; /* dict: canonical filename objects */
+    hw_rframe_t *rframes; /* flat: frames of traceback i start at rf_off[i] */
+    size_t *rf_off;
+    uint16_t *resolved; /* frames of traceback i resolved so far */
+} hw_snapshot_t;
+
+/* GIL held.  NULL with an exception set. */
+hw_snapshot_t *hw_snapshot_take(int with_traces);
+/* GIL held. */
+void hw_snapshot_free(hw_snapshot_t *snap);
+/* Resolves the first `need` frames of traceback i.  -1 with an exception. */
+int hw_snapshot_resolve(hw_snapshot_t *snap, uint32_t i, int need);
+static inline hw_rframe_t *
+hw_snapshot_rframes(hw_snapshot_t *snap, uint32_t i)
+{
+    return &snap->rframes[snap->rf_off[i]];
+}
+
+/* Resolves one frame of a pinned traceback; filename canonicalised through
+ * `filenames` when not NULL.  Returns a new reference to the filename. */
+PyObject *hw_frame_resolve(hw_frame_t *frame, PyObject *filenames, int *lineno);
+/* A new frames tuple for n resolved frames. */
+PyObject *hw_rframes_to_tuple(const hw_rframe_t *frames, int n);
+
+#endif

@@ -1,0 +1,476 @@
+#include "tracebacks.h"
+
+#include <string.h>
+
+#include "mem.h"
+#include "pset.h"
+#include "sync.h"
+
+/* All guarded by hw_tables_lock. */
+static hw_pset_t tb_set;          /* interned tracebacks */
+static hw_pset_t name_set;        /* raw names of foreign frames */
+static hw_traceback_t **tb_ids;   /* id -> traceback; free ids hold (next << 1) | 1 */
+static uint32_t tb_ids_cap;
+static uint32_t tb_ids_bound = 1; /* id 0 is never handed out */
+static uint32_t tb_ids_free;      /* head of the free list, 0 when empty */
+static PyObject **graveyard;      /* code references to release with the GIL */
+static size_t graveyard_len;
+static size_t graveyard_cap;
+static int initialized;
+
+/* ---- capture (no lock: the calling thread's own frames) ---------------- */
+
+int
+hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe)
+{
+    cap->frames = cap->local;
+    cap->nframe = 0;
+    cap->total_nframe = 0;
+    cap->foreign = foreign;
+    if (max_nframe > HW_CAPTURE_LOCAL) {
+        cap->frames = hw_malloc(HW_MEM_TRACER, sizeof(hw_frame_t) * (size_t)max_nframe);
+        if (cap->frames == NULL) {
+            cap->frames = cap->local;
+            return -1;
+        }
+    }
+    if (tstate == NULL) {
+        return 0;
+    }
+    int n = 0;
+    uint32_t total = 0;
+    for (hw_pyframe_t *frame = hw_frame_top(tstate); frame != NULL; frame = hw_frame_back(frame)) {
+        PyCodeObject *code = hw_frame_code_if_complete(frame);
+        if (code == NULL) {
+            continue;
+        }
+        if (n < max_nframe) {
+            cap->frames[n].key = (uintptr_t)code;
+            cap->frames[n].lasti = hw_frame_lasti(frame, code);
+            cap->frames[n].lineno = -1;
+            n++;
+        }
+        if (total < UINT16_MAX) {
+            total++;
+        }
+    }
+    cap->nframe = n;
+    cap->total_nframe = (uint16_t)total;
+    return 0;
+}
+
+void
+hw_capture_release(hw_capture_t *cap)
+{
+    if (cap->frames != cap->local) {
+        hw_free(HW_MEM_TRACER, cap->frames);
+        cap->frames = cap->local;
+    }
+}
+
+/* ---- raw names --------------------------------------------------------- */
+
+typedef struct {
+    uint32_t kind;
+    size_t length;
+    const void *data;
+} name_key_t;
+
+static uint64_t
+hash_bytes(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h = (h ^ p[i]) * UINT64_C(0x100000001B3);
+    }
+    return h;
+}
+
+static int
+name_eq(const void *record, const void *key)
+{
+    const hw_rawname_t *name = record;
+    const name_key_t *k = key;
+    return name->kind == k->kind && name->length == k->length &&
+           memcmp(name->data, k->data, k->length * k->kind) == 0;
+}
+
+/* Finds or creates the raw name of a str read without the GIL.  The str
+ * belongs to a code object of a frame of the calling thread, so it stays
+ * alive, and a str's kind, length and data never change. */
+static hw_rawname_t *
+name_intern_unlocked(PyObject *str)
+{
+    name_key_t key;
+    key.kind = (uint32_t)PyUnicode_KIND(str);
+    key.length = (size_t)PyUnicode_GET_LENGTH(str);
+    key.data = PyUnicode_DATA(str);
+    uint64_t hash = hash_bytes(UINT64_C(0xCBF29CE484222325) ^ key.kind, key.data,
+                               key.length * key.kind);
+    hw_rawname_t *name = hw_pset_find(&name_set, hash, name_eq, &key);
+    if (name != NULL) {
+        return name;
+    }
+    name = hw_malloc(HW_MEM_TRACER, sizeof(hw_rawname_t) + key.length * key.kind);
+    if (name == NULL) {
+        return NULL;
+    }
+    name->hash = hash;
+    name->refcnt = 0;
+    name->detached = 0;
+    name->kind = key.kind;
+    name->length = key.length;
+    memcpy(name->data, key.data, key.length * key.kind);
+    if (hw_pset_add(&name_set, name) < 0) {
+        hw_free(HW_MEM_TRACER, name);
+        return NULL;
+    }
+    return name;
+}
+
+static void
+name_drop_if_unused_unlocked(hw_rawname_t *name)
+{
+    if (name->refcnt == 0) {
+        if (!name->detached) {
+            hw_pset_remove(&name_set, name);
+        }
+        hw_free(HW_MEM_TRACER, name);
+    }
+}
+
+static inline int
+frame_is_raw(const hw_frame_t *frame)
+{
+    return (frame->key & HW_FRAME_RAW) != 0;
+}
+
+static inline hw_rawname_t *
+frame_name(const hw_frame_t *frame)
+{
+    return (hw_rawname_t *)(frame->key & ~HW_FRAME_RAW);
+}
+
+/* Rewrites foreign code frames as (raw name, line).  Returns -1 when out of
+ * memory, after dropping the names it created. */
+static int
+foreign_to_raw_unlocked(hw_capture_t *cap)
+{
+    for (int i = 0; i < cap->nframe; i++) {
+        hw_frame_t *frame = &cap->frames[i];
+        PyCodeObject *code = (PyCodeObject *)frame->key;
+        /* Reads the immutable line table only: safe without the GIL. */
+        int lineno = PyCode_Addr2Line(code, frame->lasti);
+        frame->lasti = lineno < 0 ? 0 : lineno;
+        frame->lineno = frame->lasti;
+        PyObject *filename = code->co_filename;
+        if (filename == NULL || !PyUnicode_Check(filename)) {
+            frame->key = 0;
+            continue;
+        }
+        hw_rawname_t *name = name_intern_unlocked(filename);
+        if (name == NULL) {
+            for (int j = 0; j < i; j++) {
+                if (frame_is_raw(&cap->frames[j])) {
+                    name_drop_if_unused_unlocked(frame_name(&cap->frames[j]));
+                }
+            }
+            return -1;
+        }
+        frame->key = (uintptr_t)name | HW_FRAME_RAW;
+    }
+    return 0;
+}
+
+/* ---- interning --------------------------------------------------------- */
+
+typedef struct {
+    uint32_t domain;
+    int nframe;
+    uint16_t total_nframe;
+    const hw_frame_t *frames;
+} tb_key_t;
+
+static uint64_t
+hash_frames(const tb_key_t *key)
+{
+    uint64_t h = UINT64_C(0x9E3779B97F4A7C15) ^ ((uint64_t)key->domain << 32) ^
+                 ((uint64_t)key->nframe << 16) ^ key->total_nframe;
+    for (int i = 0; i < key->nframe; i++) {
+        h = (h ^ key->frames[i].key) * UINT64_C(0xFF51AFD7ED558CCD);
+        h = (h ^ (uint32_t)key->frames[i].lasti) * UINT64_C(0xC4CEB9FE1A85EC53);
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static int
+tb_eq(const void *record, const void *key)
+{
+    const hw_traceback_t *tb = record;
+    const tb_key_t *k = key;
+    if (tb->domain != k->domain || tb->nframe != k->nframe || tb->total_nframe != k->total_nframe) {
+        return 0;
+    }
+    for (int i = 0; i < k->nframe; i++) {
+        if (tb->frames[i].key != k->frames[i].key || tb->frames[i].lasti != k->frames[i].lasti) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int
+hw_tb_init_unlocked(void)
+{
+    if (initialized) {
+        return 0;
+    }
+    if (hw_pset_init(&tb_set, 1024) < 0) {
+        return -1;
+    }
+    if (hw_pset_init(&name_set, 16) < 0) {
+        hw_pset_fini(&tb_set);
+        return -1;
+    }
+    initialized = 1;
+    return 0;
+}
+
+static int
+graveyard_push_unlocked(PyObject *obj)
+{
+    if (graveyard_len == graveyard_cap) {
+        size_t cap = graveyard_cap ? graveyard_cap * 2 : 256;
+        PyObject **grown = hw_realloc(HW_MEM_TRACER, graveyard, cap * sizeof(PyObject *));
+        if (grown == NULL) {
+            return -1; /* the reference leaks: better than a crash */
+        }
+        graveyard = grown;
+        graveyard_cap = cap;
+    }
+    graveyard[graveyard_len++] = obj;
+    return 0;
+}
+
+static int
+id_alloc_unlocked(uint32_t *id)
+{
+    if (tb_ids_free != 0) {
+        *id = tb_ids_free;
+        tb_ids_free = (uint32_t)((uintptr_t)tb_ids[*id] >> 1);
+        return 0;
+    }
+    if (tb_ids_bound == UINT32_MAX) {
+        return -1;
+    }
+    if (tb_ids_bound >= tb_ids_cap) {
+        uint32_t cap = tb_ids_cap ? tb_ids_cap * 2 : 1024;
+        hw_traceback_t **grown = hw_realloc(HW_MEM_TRACER, tb_ids, cap * sizeof(*tb_ids));
+        if (grown == NULL) {
+            return -1;
+        }
+        tb_ids = grown;
+        tb_ids_cap = cap;
+    }
+    *id = tb_ids_bound++;
+    return 0;
+}
+
+static void
+id_free_unlocked(uint32_t id)
+{
+    tb_ids[id] = (hw_traceback_t *)(((uintptr_t)tb_ids_free << 1) | 1);
+    tb_ids_free = id;
+}
+
+hw_traceback_t *
+hw_tb_by_id_unlocked(uint32_t id)
+{
+    if (id == 0 || id >= tb_ids_bound) {
+        return NULL;
+    }
+    hw_traceback_t *tb = tb_ids[id];
+    return ((uintptr_t)tb & 1) ? NULL : tb;
+}
+
+uint32_t
+hw_tb_id_bound_unlocked(void)
+{
+    return tb_ids_bound;
+}
+
+size_t
+hw_tb_count_unlocked(void)
+{
+    return tb_set.count;
+}
+
+/* Frees a traceback: its code references go to the graveyard.  Detached
+ * tracebacks (id 0, see hw_tb_clear_unlocked) own no id any more. */
+static void
+tb_free_unlocked(hw_traceback_t *tb)
+{
+    for (int i = 0; i < tb->nframe; i++) {
+        hw_frame_t *frame = &tb->frames[i];
+        if (frame_is_raw(frame)) {
+            hw_rawname_t *name = frame_name(frame);
+            name->refcnt--;
+            name_drop_if_unused_unlocked(name);
+        }
+        else if (frame->key != 0) {
+            (void)graveyard_push_unlocked((PyObject *)frame->key);
+        }
+    }
+    if (tb->id != 0) {
+        id_free_unlocked(tb->id);
+    }
+    hw_free(HW_MEM_TRACER, tb);
+}
+
+hw_traceback_t *
+hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
+{
+    static const hw_frame_t unknown = {0, 0, 0};
+    tb_key_t key;
+    key.domain = domain;
+    if (cap->nframe == 0) {
+        /* As the stdlib: no complete frame gives "<unknown>":0, depth 1. */
+        key.frames = &unknown;
+        key.nframe = 1;
+        key.total_nframe = 1;
+    }
+    else {
+        if (cap->foreign && foreign_to_raw_unlocked(cap) < 0) {
+            return NULL;
+        }
+        key.frames = cap->frames;
+        key.nframe = cap->nframe;
+        key.total_nframe = cap->total_nframe;
+    }
+    if (!initialized && hw_tb_init_unlocked() < 0) {
+        goto fail;
+    }
+    uint64_t hash = hash_frames(&key);
+    hw_traceback_t *tb = hw_pset_find(&tb_set, hash, tb_eq, &key);
+    if (tb != NULL) {
+        return tb;
+    }
+
+    tb = hw_malloc(HW_MEM_TRACER, sizeof(hw_traceback_t) + sizeof(hw_frame_t) * (size_t)key.nframe);
+    if (tb == NULL) {
+        goto fail;
+    }
+    memset(tb, 0, sizeof(*tb));
+    tb->hash = hash;
+    tb->domain = domain;
+    tb->nframe = (uint16_t)key.nframe;
+    tb->total_nframe = key.total_nframe;
+    memcpy(tb->frames, key.frames, sizeof(hw_frame_t) * (size_t)key.nframe);
+    if (id_alloc_unlocked(&tb->id) < 0) {
+        hw_free(HW_MEM_TRACER, tb);
+        goto fail;
+    }
+    if (hw_pset_add(&tb_set, tb) < 0) {
+        id_free_unlocked(tb->id);
+        hw_free(HW_MEM_TRACER, tb);
+        goto fail;
+    }
+    tb_ids[tb->id] = tb;
+    for (int i = 0; i < tb->nframe; i++) {
+        hw_frame_t *frame = &tb->frames[i];
+        if (frame_is_raw(frame)) {
+            frame_name(frame)->refcnt++;
+        }
+        else if (frame->key != 0) {
+            /* Captured with the GIL held (foreign frames are raw by now). */
+            Py_INCREF((PyObject *)frame->key);
+        }
+    }
+    return tb;
+
+fail:
+    if (cap->foreign) {
+        for (int i = 0; i < cap->nframe; i++) {
+            if (frame_is_raw(&cap->frames[i])) {
+                name_drop_if_unused_unlocked(frame_name(&cap->frames[i]));
+            }
+        }
+    }
+    return NULL;
+}
+
+void
+hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
+{
+    if (tb->ntraces != 0 || tb->pins != 0) {
+        return;
+    }
+    if (tb->id != 0) {
+        hw_pset_remove(&tb_set, tb);
+    }
+    tb_free_unlocked(tb);
+}
+
+void
+hw_tb_clear_unlocked(void)
+{
+    if (!initialized) {
+        return;
+    }
+    /* Pinned tracebacks stay alive for their snapshots, detached from the
+     * tables (id 0); the last unpin frees them.  Their raw names are detached
+     * too: they leave name_set now and are freed with their last frame. */
+    for (uint32_t id = 1; id < tb_ids_bound; id++) {
+        hw_traceback_t *tb = tb_ids[id];
+        if ((uintptr_t)tb & 1) {
+            continue;
+        }
+        if (tb->pins != 0) {
+            tb->id = 0;
+            tb->ntraces = 0;
+            tb->size = 0;
+            tb->count_fp = 0;
+        }
+        else {
+            tb->id = 0;
+            tb_free_unlocked(tb);
+        }
+    }
+    for (size_t i = 0; i <= name_set.mask && name_set.slots != NULL; i++) {
+        hw_rawname_t *name = name_set.slots[i];
+        if (name != NULL) {
+            name->detached = 1;
+        }
+    }
+    hw_free(HW_MEM_TRACER, tb_ids);
+    tb_ids = NULL;
+    tb_ids_cap = 0;
+    tb_ids_bound = 1;
+    tb_ids_free = 0;
+    hw_pset_fini(&tb_set);
+    hw_pset_fini(&name_set);
+    initialized = 0;
+}
+
+size_t
+hw_graveyard_len_unlocked(void)
+{
+    return graveyard_len;
+}
+
+void
+hw_graveyard_drain(void)
+{
+    hw_lock();
+    PyObject **dead = graveyard;
+    size_t n = graveyard_len;
+    graveyard = NULL;
+    graveyard_len = 0;
+    graveyard_cap = 0;
+    hw_unlock();
+    for (size_t i = 0; i < n; i++) {
+        Py_DECREF(dead[i]);
+    }
+    hw_free(HW_MEM_TRACER, dead);
+}

@@ -1,0 +1,95 @@
+/* Traceback capture and interning.
+ *
+ * A frame is captured as (code object, instruction offset); its line number
+ * is resolved when a snapshot needs it, not on every allocation (computing it
+ * per allocation is where the stdlib tracer spends most of its time on 3.11+).
+ * Identical tracebacks are interned once and shared by all their traces.
+ *
+ * Lifetime: an interned traceback lives while live traces (ntraces) or
+ * snapshots (pins) refer to it.  It owns one strong reference to each code
+ * object it names; when it dies those references go to the graveyard, to be
+ * released later with the GIL, because a traceback can die inside a free hook
+ * that runs without the GIL or must not run Python code (a dealloc).
+ *
+ * Frames captured without the GIL ("foreign": RAW allocations from threads
+ * that released it) cannot take references, so they are resolved at once into
+ * a line number and a copy of the filename (a raw name).
+ *
+ * Everything here except hw_capture() and hw_graveyard_drain() expects
+ * hw_tables_lock to be held.
+ */
+#ifndef HEAPWATCH_TRACEBACKS_H
+#define HEAPWATCH_TRACEBACKS_H
+
+#include "compat.h"
+
+#define HW_MAX_NFRAME 65535
+#define HW_CAPTURE_LOCAL 64
+
+/* Frame keys: a PyCodeObject* (strong reference held by the traceback), a
+ * hw_rawname_t* tagged with HW_FRAME_RAW, or 0 for "<unknown>". */
+#define HW_FRAME_RAW ((uintptr_t)1)
+
+typedef struct {
+    uintptr_t key;
+    int32_t lasti;  /* code frames: byte offset; other frames: the line number */
+    int32_t lineno; /* code frames: resolved line, -1 until resolved (GIL) */
+} hw_frame_t;
+
+typedef struct hw_rawname {
+    uint64_t hash;
+    uint32_t refcnt;   /* frames of interned tracebacks naming it */
+    uint32_t kind;     /* PyUnicode kind: bytes per code point */
+    uint32_t detached; /* out of the name set (clear_traces): freed by its last frame */
+    size_t length;   /* code points */
+    char data[];
+} hw_rawname_t;
+
+typedef struct hw_traceback {
+    uint64_t hash;
+    uint64_t size;     /* estimated bytes of the live traces referring to it */
+    uint64_t count_fp; /* estimated number of those traces, in HW_COUNT_ONE units */
+    uint32_t ntraces;  /* live traces referring to it */
+    uint32_t pins;     /* snapshots referring to it */
+    uint32_t id;       /* index in the id vector; what a trace slot stores */
+    uint32_t domain;
+    uint16_t nframe;
+    uint16_t total_nframe;
+    hw_frame_t frames[];
+} hw_traceback_t;
+
+typedef struct {
+    hw_frame_t *frames; /* local or heap */
+    int nframe;
+    uint16_t total_nframe;
+    int foreign;
+    hw_frame_t local[HW_CAPTURE_LOCAL];
+} hw_capture_t;
+
+/* Walks the calling thread's frames (tstate may be NULL: no frames).  Code
+ * pointers are borrowed; they stay valid while the calling thread is inside
+ * the hook, since the frames naming them are its own.  Returns 0, or -1 when
+ * a heap buffer for more than HW_CAPTURE_LOCAL frames cannot be had. */
+int hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe);
+void hw_capture_release(hw_capture_t *cap);
+
+int hw_tb_init_unlocked(void);
+/* Drops every traceback, whatever its counts (clear_traces, stop). */
+void hw_tb_clear_unlocked(void);
+/* Returns the interned traceback for a capture (created with ntraces = pins
+ * = 0), or NULL when out of memory. */
+hw_traceback_t *hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap);
+/* Frees tb if neither traces nor snapshots refer to it any more. */
+void hw_tb_release_if_unused_unlocked(hw_traceback_t *tb);
+hw_traceback_t *hw_tb_by_id_unlocked(uint32_t id);
+/* All ids are below this bound. */
+uint32_t hw_tb_id_bound_unlocked(void);
+size_t hw_tb_count_unlocked(void);
+
+/* Code references waiting for the GIL. */
+size_t hw_graveyard_len_unlocked(void);
+/* Releases them.  GIL held, hw_tables_lock not held (a dealloc frees memory
+ * through our own hooks). */
+void hw_graveyard_drain(void);
+
+#endif

@@ -1,0 +1,277 @@
+#include "tracer.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "hooks.h"
+#include "mem.h"
+#include "sampling.h"
+#include "sync.h"
+
+pthread_mutex_t hw_tables_lock = PTHREAD_MUTEX_INITIALIZER;
+
+hw_tracer_t hw_tracer = {
+    .recording = 1,
+    .max_nframe = 1,
+    .mode = HW_MODE_EXACT,
+    .sample_interval = HW_DEFAULT_SAMPLE_INTERVAL,
+};
+
+/* Whether the trace tables exist; GIL and hw_tables_lock. */
+static int tables_ready;
+
+void
+hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp)
+{
+    if (hw_tracer.mode == HW_MODE_EXACT) {
+        *est_size = size;
+        *count_fp = HW_COUNT_ONE;
+        return;
+    }
+    /* p = 1 - exp(-size / interval); -expm1 keeps precision for small sizes. */
+    double p = -expm1(-(double)size / (double)hw_tracer.sample_interval);
+    if (!(p > 0.0)) {
+        p = 1.0 / (double)hw_tracer.sample_interval; /* size 0: weigh as 1 byte */
+    }
+    double weight = 1.0 / p;
+    *est_size = (uint64_t)llround((double)size * weight);
+    *count_fp = (uint64_t)llround(weight * (double)HW_COUNT_ONE);
+}
+
+hw_traces_t *
+hw_domain_table_unlocked(uint32_t domain, int create)
+{
+    if (domain == 0) {
+        return &hw_tracer.traces;
+    }
+    for (size_t i = 0; i < hw_tracer.ndomains; i++) {
+        if (hw_tracer.domains[i].domain == domain) {
+            return &hw_tracer.domains[i].traces;
+        }
+    }
+    if (!create) {
+        return NULL;
+    }
+    hw_domain_traces_t *grown = hw_realloc(HW_MEM_TRACER, hw_tracer.domains,
+                                           (hw_tracer.ndomains + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        return NULL;
+    }
+    hw_tracer.domains = grown;
+    hw_domain_traces_t *entry = &grown[hw_tracer.ndomains];
+    entry->domain = domain;
+    if (hw_traces_init(&entry->traces) < 0) {
+        return NULL;
+    }
+    hw_tracer.ndomains++;
+    return &entry->traces;
+}
+
+static void
+account_add_unlocked(hw_traceback_t *tb, size_t size)
+{
+    uint64_t est, cnt;
+    hw_weigh(size, &est, &cnt);
+    tb->ntraces++;
+    tb->size += est;
+    tb->count_fp += cnt;
+    hw_tracer.traced += est;
+    hw_tracer.count_fp += cnt;
+    if (hw_tracer.traced > hw_tracer.peak) {
+        hw_tracer.peak = hw_tracer.traced;
+    }
+}
+
+static void
+account_remove_unlocked(hw_traceback_t *tb, size_t size)
+{
+    uint64_t est, cnt;
+    hw_weigh(size, &est, &cnt);
+    tb->ntraces--;
+    tb->size -= est;
+    tb->count_fp -= cnt;
+    hw_tracer.traced -= est;
+    hw_tracer.count_fp -= cnt;
+    hw_tb_release_if_unused_unlocked(tb);
+}
+
+void
+hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t *cap)
+{
+    hw_traces_t *table = hw_domain_table_unlocked(domain, 1);
+    hw_traceback_t *tb = table != NULL ? hw_tb_intern_unlocked(domain, cap) : NULL;
+    if (tb == NULL) {
+        hw_count_dropped();
+        return;
+    }
+    hw_trace_t old;
+    int res = hw_traces_put_unlocked(table, ptr, tb->id, size, &old);
+    if (res < 0) {
+        hw_tb_release_if_unused_unlocked(tb);
+        hw_count_dropped();
+        return;
+    }
+    if (res == 1) {
+        /* The block was traced already (a stale trace, or track() twice):
+         * as the stdlib, the new trace replaces it. */
+        account_remove_unlocked(hw_tb_by_id_unlocked(old.tb), old.size);
+    }
+    else {
+        __atomic_add_fetch(&hw_tracer.ntraces, 1, __ATOMIC_RELAXED);
+        if (domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE) {
+            hw_filter_add_unlocked(ptr, +1);
+        }
+    }
+    account_add_unlocked(tb, size);
+    __atomic_add_fetch(&hw_tracer.recorded, 1, __ATOMIC_RELAXED);
+}
+
+int
+hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr)
+{
+    hw_traces_t *table = hw_domain_table_unlocked(domain, 0);
+    hw_trace_t trace;
+    if (table == NULL || !hw_traces_pop_unlocked(table, ptr, &trace)) {
+        return 0;
+    }
+    __atomic_sub_fetch(&hw_tracer.ntraces, 1, __ATOMIC_RELAXED);
+    if (domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE) {
+        hw_filter_add_unlocked(ptr, -1);
+    }
+    account_remove_unlocked(hw_tb_by_id_unlocked(trace.tb), trace.size);
+    return 1;
+}
+
+/* Drops every trace and traceback; hw_tables_lock held.  Pinned tracebacks
+ * survive for their snapshots. */
+static void
+reset_tables_unlocked(void)
+{
+    if (tables_ready) {
+        hw_traces_fini(&hw_tracer.traces);
+        for (size_t i = 0; i < hw_tracer.ndomains; i++) {
+            hw_traces_fini(&hw_tracer.domains[i].traces);
+        }
+        hw_free(HW_MEM_TRACER, hw_tracer.domains);
+        hw_tracer.domains = NULL;
+        hw_tracer.ndomains = 0;
+        tables_ready = 0;
+    }
+    hw_tb_clear_unlocked();
+    hw_filter_clear_unlocked();
+    hw_tracer.traced = 0;
+    hw_tracer.peak = 0;
+    hw_tracer.count_fp = 0;
+    __atomic_store_n(&hw_tracer.ntraces, 0, __ATOMIC_RELAXED);
+}
+
+static int
+init_tables_unlocked(void)
+{
+    if (tables_ready) {
+        return 0;
+    }
+    if (hw_traces_init(&hw_tracer.traces) < 0) {
+        return -1;
+    }
+    if (hw_tb_init_unlocked() < 0) {
+        hw_traces_fini(&hw_tracer.traces);
+        return -1;
+    }
+    tables_ready = 1;
+    return 0;
+}
+
+int
+hw_start(int max_nframe, int mode, uint64_t sample_interval)
+{
+    if (hw_load_int(&hw_tracer.tracing)) {
+        /* As the stdlib: starting again keeps the running configuration. */
+        return 0;
+    }
+    hw_lock();
+    int err = init_tables_unlocked();
+    hw_unlock();
+    if (err < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (hw_hooks_install() < 0) {
+        return -1;
+    }
+    hw_sampling_reseed_all();
+    hw_lock();
+    __atomic_store_n(&hw_tracer.max_nframe, max_nframe, __ATOMIC_RELAXED);
+    __atomic_store_n(&hw_tracer.mode, mode, __ATOMIC_RELAXED);
+    __atomic_store_n(&hw_tracer.sample_interval, sample_interval, __ATOMIC_RELAXED);
+    __atomic_store_n(&hw_tracer.dropped, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&hw_tracer.recorded, 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&hw_tracer.tracing, 1, __ATOMIC_RELEASE);
+    hw_unlock();
+    return 0;
+}
+
+void
+hw_stop(void)
+{
+    if (!hw_load_int(&hw_tracer.tracing)) {
+        return;
+    }
+    hw_lock();
+    __atomic_store_n(&hw_tracer.tracing, 0, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
+    reset_tables_unlocked();
+    hw_unlock();
+    hw_hooks_uninstall();
+    hw_graveyard_drain();
+}
+
+void
+hw_clear_traces(void)
+{
+    if (!hw_load_int(&hw_tracer.tracing)) {
+        return;
+    }
+    hw_lock();
+    __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
+    reset_tables_unlocked();
+    if (init_tables_unlocked() < 0) {
+        /* Keep the hooks harmless: without tables nothing can be recorded. */
+        __atomic_store_n(&hw_tracer.tracing, 0, __ATOMIC_RELEASE);
+    }
+    hw_unlock();
+    hw_graveyard_drain();
+}
+
+void
+hw_reset_peak(void)
+{
+    hw_lock();
+    hw_tracer.peak = hw_tracer.traced;
+    hw_unlock();
+}
+
+void
+hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *count_fp)
+{
+    hw_lock();
+    *current = hw_tracer.traced;
+    *peak = hw_tracer.peak;
+    *count_fp = hw_tracer.count_fp;
+    hw_unlock();
+}
+
+size_t
+hw_tracer_memory(void)
+{
+    return hw_mem_used(HW_MEM_TRACER);
+}
+
+void
+hw_at_exit(void)
+{
+    /* From here on the hooks record nothing new and walk no frames; frees
+     * keep untracking, which needs no interpreter state. */
+    __atomic_store_n(&hw_tracer.recording, 0, __ATOMIC_RELEASE);
+}

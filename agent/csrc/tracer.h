@@ -1,0 +1,95 @@
+/* The tracer: its configuration, its trace tables and counters, and the
+ * operations that keep the three consistent.
+ *
+ * Invariants (hw_tables_lock held): every trace slot names a live interned
+ * traceback; a traceback's ntraces, size and count_fp are the number and the
+ * weighed sums of the slots naming it; hw_tracer.traced and count_fp are the
+ * sums over all tracebacks.  tests/core/test_invariants.py checks them through
+ * _core._check_invariants() under concurrent churn.
+ *
+ * Weights: in exact mode a trace weighs (size, 1 block).  In sampling mode a
+ * block of s bytes is sampled with probability p = 1 - exp(-s / interval), so
+ * a sampled trace weighs (s / p, 1 / p): the estimates are unbiased.  Weights
+ * are integers computed from the size alone, so removing a trace subtracts
+ * exactly what adding it added and the sums never drift.
+ */
+#ifndef HEAPWATCH_TRACER_H
+#define HEAPWATCH_TRACER_H
+
+#include <stdint.h>
+
+#include "compat.h"
+#include "traces.h"
+#include "tracebacks.h"
+
+#define HW_COUNT_SHIFT 20
+#define HW_COUNT_ONE ((uint64_t)1 << HW_COUNT_SHIFT)
+
+enum { HW_MODE_EXACT = 0, HW_MODE_SAMPLE = 1 };
+
+#define HW_DEFAULT_SAMPLE_INTERVAL (512u * 1024u)
+
+typedef struct {
+    uint32_t domain;
+    hw_traces_t traces;
+} hw_domain_traces_t;
+
+typedef struct {
+    /* Configuration: written with the GIL and hw_tables_lock held, read by the
+     * hooks with relaxed atomic loads. */
+    int tracing;
+    int recording; /* cleared at interpreter exit: frees still untrack */
+    uint32_t epoch; /* bumped by start, stop and clear: in-flight captures of
+                       an older epoch are discarded */
+    int max_nframe;
+    int mode;
+    uint64_t sample_interval;
+
+    /* Guarded by hw_tables_lock. */
+    hw_traces_t traces; /* domain 0: what the hooks record */
+    hw_domain_traces_t *domains; /* other domains (the track() API) */
+    size_t ndomains;
+    uint64_t traced;   /* estimated live bytes (exact in exact mode) */
+    uint64_t peak;
+    uint64_t count_fp; /* estimated live blocks, HW_COUNT_ONE units */
+
+    /* Atomic: read without the lock. */
+    uint64_t ntraces; /* entries in all trace tables */
+    uint64_t dropped; /* traces lost: no memory for them */
+    uint64_t recorded; /* traces recorded since start */
+} hw_tracer_t;
+
+extern hw_tracer_t hw_tracer;
+
+static inline int
+hw_load_int(const int *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static inline void
+hw_count_dropped(void)
+{
+    __atomic_add_fetch(&hw_tracer.dropped, 1, __ATOMIC_RELAXED);
+}
+
+void hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp);
+
+/* hw_tables_lock held.  A trace that cannot be recorded counts as dropped. */
+void hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t *cap);
+/* hw_tables_lock held.  Returns 1 if ptr was traced. */
+int hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr);
+/* hw_tables_lock held.  The traced table of a domain, or NULL. */
+hw_traces_t *hw_domain_table_unlocked(uint32_t domain, int create);
+
+/* The Python-facing operations: GIL held, hw_tables_lock not held.  Those
+ * returning int return -1 with an exception set. */
+int hw_start(int max_nframe, int mode, uint64_t sample_interval);
+void hw_stop(void);
+void hw_clear_traces(void);
+void hw_reset_peak(void);
+void hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *count_fp);
+size_t hw_tracer_memory(void);
+void hw_at_exit(void);
+
+#endif

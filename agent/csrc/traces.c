@@ -1,0 +1,269 @@
+#include "traces.h"
+
+#include <string.h>
+
+#include "mem.h"
+
+#define MIN_CAPACITY 1024u
+
+static inline size_t
+home(const hw_traces_t *t, uintptr_t ptr)
+{
+    return (size_t)(((uint64_t)ptr * UINT64_C(0x9E3779B97F4A7C15)) >> t->shift);
+}
+
+static int
+log2_of(size_t capacity)
+{
+    int bits = 0;
+    while (((size_t)1 << bits) < capacity) {
+        bits++;
+    }
+    return bits;
+}
+
+static int
+alloc_slots(hw_traces_t *t, size_t capacity)
+{
+    hw_slot_t *slots = hw_calloc(HW_MEM_TRACER, capacity, sizeof(hw_slot_t));
+    if (slots == NULL) {
+        return -1;
+    }
+    t->slots = slots;
+    t->mask = capacity - 1;
+    t->shift = 64 - log2_of(capacity);
+    return 0;
+}
+
+int
+hw_traces_init(hw_traces_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    return alloc_slots(t, MIN_CAPACITY);
+}
+
+void
+hw_traces_fini(hw_traces_t *t)
+{
+    if (t->big != NULL) {
+        hw_traces_fini(t->big);
+        hw_free(HW_MEM_TRACER, t->big);
+    }
+    hw_free(HW_MEM_TRACER, t->slots);
+    memset(t, 0, sizeof(*t));
+}
+
+size_t
+hw_traces_footprint(const hw_traces_t *t)
+{
+    size_t bytes = t->slots != NULL ? (t->mask + 1) * sizeof(hw_slot_t) : 0;
+    if (t->big != NULL) {
+        bytes += sizeof(*t->big) + hw_traces_footprint(t->big);
+    }
+    return bytes;
+}
+
+/* Slot index of ptr, or of the empty slot where it would go. */
+static inline size_t
+probe(const hw_traces_t *t, uintptr_t ptr)
+{
+    size_t i = home(t, ptr);
+    while (t->slots[i].ptr != 0 && t->slots[i].ptr != ptr) {
+        i = (i + 1) & t->mask;
+    }
+    return i;
+}
+
+static int
+rehash(hw_traces_t *t, size_t capacity)
+{
+    hw_traces_t fresh = *t;
+    if (alloc_slots(&fresh, capacity) < 0) {
+        return -1;
+    }
+    for (size_t i = 0; i <= t->mask; i++) {
+        if (t->slots[i].ptr != 0) {
+            fresh.slots[probe(&fresh, t->slots[i].ptr)] = t->slots[i];
+        }
+    }
+    hw_free(HW_MEM_TRACER, t->slots);
+    *t = fresh;
+    return 0;
+}
+
+/* Put a raw slot value; returns 0 insert, 1 replace (*old = previous slot), -1 OOM. */
+static int
+put_slot(hw_traces_t *t, uintptr_t ptr, uint32_t tb, uint32_t size, hw_slot_t *old)
+{
+    size_t i = probe(t, ptr);
+    if (t->slots[i].ptr == ptr) {
+        *old = t->slots[i];
+        t->slots[i].tb = tb;
+        t->slots[i].size = size;
+        return 1;
+    }
+    /* Keep the load factor at 3/4 at most. */
+    if ((t->count + 1) * 4 > (t->mask + 1) * 3) {
+        if (rehash(t, (t->mask + 1) * 2) < 0) {
+            return -1;
+        }
+        i = probe(t, ptr);
+    }
+    t->slots[i].ptr = ptr;
+    t->slots[i].tb = tb;
+    t->slots[i].size = size;
+    t->count++;
+    return 0;
+}
+
+static void
+delete_at(hw_traces_t *t, size_t i)
+{
+    /* Backward shift: move later members of the probe run into the hole
+     * unless their home lies cyclically in (hole, j]. */
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & t->mask;
+        if (t->slots[j].ptr == 0) {
+            break;
+        }
+        size_t k = home(t, t->slots[j].ptr);
+        int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            t->slots[i] = t->slots[j];
+            i = j;
+        }
+    }
+    t->slots[i].ptr = 0;
+    t->count--;
+    /* Shrink after a peak so the table follows live traces; a failure to
+     * shrink only costs memory. */
+    size_t capacity = t->mask + 1;
+    if (capacity > MIN_CAPACITY && t->count * 8 < capacity) {
+        (void)rehash(t, capacity / 2);
+    }
+}
+
+static int
+pop_slot(hw_traces_t *t, uintptr_t ptr, hw_slot_t *out)
+{
+    size_t i = probe(t, ptr);
+    if (t->slots[i].ptr != ptr) {
+        return 0;
+    }
+    *out = t->slots[i];
+    delete_at(t, i);
+    return 1;
+}
+
+static size_t
+big_size(const hw_traces_t *t, uintptr_t ptr)
+{
+    if (t->big != NULL) {
+        size_t i = probe(t->big, ptr);
+        if (t->big->slots[i].ptr == ptr) {
+            return (size_t)t->big->slots[i].tb | ((size_t)t->big->slots[i].size << 32);
+        }
+    }
+    return HW_SIZE_BIG; /* unreachable when the tables are consistent */
+}
+
+size_t
+hw_traces_slot_size_unlocked(const hw_traces_t *t, const hw_slot_t *slot)
+{
+    return slot->size == HW_SIZE_BIG ? big_size(t, slot->ptr) : slot->size;
+}
+
+static void
+drop_big(hw_traces_t *t, uintptr_t ptr)
+{
+    hw_slot_t unused;
+    if (t->big != NULL) {
+        (void)pop_slot(t->big, ptr, &unused);
+    }
+}
+
+static int
+set_big(hw_traces_t *t, uintptr_t ptr, size_t size)
+{
+    hw_slot_t unused;
+    if (t->big == NULL) {
+        hw_traces_t *big = hw_malloc(HW_MEM_TRACER, sizeof(*big));
+        if (big == NULL) {
+            return -1;
+        }
+        if (hw_traces_init(big) < 0) {
+            hw_free(HW_MEM_TRACER, big);
+            return -1;
+        }
+        t->big = big;
+    }
+    return put_slot(t->big, ptr, (uint32_t)size, (uint32_t)((uint64_t)size >> 32), &unused) < 0
+               ? -1 : 0;
+}
+
+int
+hw_traces_put_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, hw_trace_t *old)
+{
+    int is_big = size >= HW_SIZE_BIG;
+    size_t i = probe(t, ptr);
+    if (t->slots[i].ptr == ptr) {
+        /* Replace: the slot exists, so only the side table can fail. */
+        size_t old_size = hw_traces_slot_size_unlocked(t, &t->slots[i]);
+        if (is_big && set_big(t, ptr, size) < 0) {
+            return -1;
+        }
+        if (!is_big && t->slots[i].size == HW_SIZE_BIG) {
+            drop_big(t, ptr);
+        }
+        old->ptr = ptr;
+        old->tb = t->slots[i].tb;
+        old->size = old_size;
+        t->slots[i].tb = tb;
+        t->slots[i].size = is_big ? HW_SIZE_BIG : (uint32_t)size;
+        return 1;
+    }
+    if (is_big && set_big(t, ptr, size) < 0) {
+        return -1;
+    }
+    hw_slot_t unused;
+    if (put_slot(t, ptr, tb, is_big ? HW_SIZE_BIG : (uint32_t)size, &unused) < 0) {
+        if (is_big) {
+            drop_big(t, ptr);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+int
+hw_traces_pop_unlocked(hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
+{
+    hw_slot_t slot;
+    if (!pop_slot(t, ptr, &slot)) {
+        return 0;
+    }
+    out->ptr = ptr;
+    out->tb = slot.tb;
+    if (slot.size == HW_SIZE_BIG) {
+        out->size = big_size(t, ptr);
+        drop_big(t, ptr);
+    }
+    else {
+        out->size = slot.size;
+    }
+    return 1;
+}
+
+int
+hw_traces_get_unlocked(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
+{
+    size_t i = probe(t, ptr);
+    if (t->slots[i].ptr != ptr) {
+        return 0;
+    }
+    out->ptr = ptr;
+    out->tb = t->slots[i].tb;
+    out->size = hw_traces_slot_size_unlocked(t, &t->slots[i]);
+    return 1;
+}

@@ -1,0 +1,57 @@
+/* The table of live traces of one domain: block address -> (traceback id, size).
+ *
+ * Open addressing with linear probing and backward-shift deletion, so that
+ * heavy churn leaves no tombstones behind and probes stay short.  A slot is 16
+ * bytes (address, traceback id, size as 32 bits): memory per live block is what
+ * the issue budgets (48 bytes at most), so sizes of 4 GiB and more are marked
+ * HW_SIZE_BIG and kept in a small side table that real workloads rarely touch.
+ *
+ * Every function that takes a table expects hw_tables_lock to be held.
+ */
+#ifndef HEAPWATCH_TRACES_H
+#define HEAPWATCH_TRACES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HW_SIZE_BIG UINT32_MAX
+
+typedef struct {
+    uintptr_t ptr; /* 0 marks an empty slot */
+    uint32_t tb;   /* id of an interned traceback */
+    uint32_t size; /* HW_SIZE_BIG: the size is in the side table */
+} hw_slot_t;
+
+typedef struct hw_traces {
+    hw_slot_t *slots;
+    size_t mask;  /* capacity - 1, capacity a power of two */
+    int shift;    /* 64 - log2(capacity), for Fibonacci hashing */
+    size_t count;
+    struct hw_traces *big; /* address -> size as (tb = low, size = high) halves */
+} hw_traces_t;
+
+typedef struct {
+    uintptr_t ptr;
+    uint32_t tb;
+    size_t size;
+} hw_trace_t;
+
+/* Returns 0, or -1 when out of memory. */
+int hw_traces_init(hw_traces_t *t);
+void hw_traces_fini(hw_traces_t *t);
+/* Bytes held by the table itself (capacity, not count). */
+size_t hw_traces_footprint(const hw_traces_t *t);
+
+/* Insert, or replace an existing trace of ptr.  Returns 0 on insert, 1 on
+ * replace (*old gets the previous trace), -1 when out of memory (table
+ * unchanged). */
+int hw_traces_put_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size,
+                           hw_trace_t *old);
+/* Remove the trace of ptr.  Returns 1 and fills *out if there was one. */
+int hw_traces_pop_unlocked(hw_traces_t *t, uintptr_t ptr, hw_trace_t *out);
+/* Returns 1 and fills *out if ptr is traced. */
+int hw_traces_get_unlocked(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out);
+/* Full size of an occupied slot. */
+size_t hw_traces_slot_size_unlocked(const hw_traces_t *t, const hw_slot_t *slot);
+
+#endif
