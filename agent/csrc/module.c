@@ -189,21 +189,48 @@ tb_tuple(SnapshotObject *self, uint32_t i)
     return frames;
 }
 
-static PyObject *
-Snapshot_traces(SnapshotObject *self, PyObject *unused)
+/* Checks a per-traceback mask argument; NULL mask for None. */
+static int
+parse_mask(SnapshotObject *self, PyObject *mask_obj, const unsigned char **mask)
 {
-    (void)unused;
+    *mask = NULL;
+    if (mask_obj == NULL || mask_obj == Py_None) {
+        return 0;
+    }
+    if (!PyBytes_Check(mask_obj) || PyBytes_GET_SIZE(mask_obj) != (Py_ssize_t)self->snap->ntbs) {
+        PyErr_Format(PyExc_ValueError,
+                     "mask must be None or bytes with one byte per traceback (%u)",
+                     self->snap->ntbs);
+        return -1;
+    }
+    *mask = (const unsigned char *)PyBytes_AS_STRING(mask_obj);
+    return 0;
+}
+
+static PyObject *
+Snapshot_traces(SnapshotObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"mask", NULL};
+    PyObject *mask_obj = NULL;
+    const unsigned char *mask;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:traces", kwlist, &mask_obj) ||
+        parse_mask(self, mask_obj, &mask) < 0) {
+        return NULL;
+    }
     hw_snapshot_t *snap = self->snap;
     if (snap->traces == NULL) {
         PyErr_SetString(PyExc_ValueError, "this snapshot was taken without traces (traces=False)");
         return NULL;
     }
-    PyObject *list = PyList_New((Py_ssize_t)snap->ntraces);
+    PyObject *list = PyList_New(0);
     if (list == NULL) {
         return NULL;
     }
     for (size_t k = 0; k < snap->ntraces; k++) {
         uint32_t i = snap->traces[k].tb;
+        if (mask != NULL && !mask[i]) {
+            continue;
+        }
         PyObject *frames = tb_tuple(self, i);
         if (frames == NULL) {
             Py_DECREF(list);
@@ -212,26 +239,74 @@ Snapshot_traces(SnapshotObject *self, PyObject *unused)
         PyObject *trace = Py_BuildValue("(IKNI)", snap->tbs[i]->domain,
                                         (unsigned long long)snap->traces[k].size, frames,
                                         (unsigned int)snap->tbs[i]->total_nframe);
-        if (trace == NULL) {
+        if (trace == NULL || PyList_Append(list, trace) < 0) {
+            Py_XDECREF(trace);
             Py_DECREF(list);
             return NULL;
         }
-        PyList_SET_ITEM(list, (Py_ssize_t)k, trace);
+        Py_DECREF(trace);
     }
     return list;
 }
 
+/* The function a frame ran: co_qualname on 3.11+, co_name before; frames
+ * captured without the GIL kept no code object. */
 static PyObject *
-Snapshot_tracebacks(SnapshotObject *self, PyObject *unused)
+frame_function(const hw_frame_t *frame)
 {
-    (void)unused;
+    if (frame->key == 0 || (frame->key & HW_FRAME_RAW)) {
+        return PyUnicode_FromString("<unknown>");
+    }
+    PyCodeObject *code = (PyCodeObject *)frame->key;
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *name = code->co_qualname;
+#else
+    PyObject *name = code->co_name;
+#endif
+    if (name == NULL || !PyUnicode_Check(name)) {
+        return PyUnicode_FromString("<unknown>");
+    }
+    return Py_NewRef(name);
+}
+
+static PyObject *
+named_frames(SnapshotObject *self, uint32_t i)
+{
+    hw_snapshot_t *snap = self->snap;
+    hw_traceback_t *tb = snap->tbs[i];
+    if (hw_snapshot_resolve(snap, i, tb->nframe) < 0) {
+        return NULL;
+    }
+    const hw_rframe_t *rf = hw_snapshot_rframes(snap, i);
+    PyObject *tuple = PyTuple_New(tb->nframe);
+    for (int j = 0; tuple != NULL && j < tb->nframe; j++) {
+        PyObject *name = frame_function(&tb->frames[j]);
+        PyObject *frame = name != NULL ? Py_BuildValue("(OiN)", rf[j].filename, rf[j].lineno, name)
+                                       : NULL;
+        if (frame == NULL) {
+            Py_CLEAR(tuple);
+            break;
+        }
+        PyTuple_SET_ITEM(tuple, j, frame);
+    }
+    return tuple;
+}
+
+static PyObject *
+Snapshot_tracebacks(SnapshotObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"names", NULL};
+    int names = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:tracebacks", kwlist, &names)) {
+        return NULL;
+    }
     hw_snapshot_t *snap = self->snap;
     PyObject *list = PyList_New((Py_ssize_t)snap->ntbs);
     if (list == NULL) {
         return NULL;
     }
     for (uint32_t i = 0; i < snap->ntbs; i++) {
-        PyObject *frames = tb_tuple(self, i);
+        PyObject *frames = names ? named_frames(self, i) : tb_tuple(self, i);
         if (frames == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -287,15 +362,9 @@ Snapshot_group(SnapshotObject *self, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "cumulative mode cannot by used with key type %R", key_obj);
         return NULL;
     }
-    const unsigned char *mask = NULL;
-    if (mask_obj != Py_None) {
-        if (!PyBytes_Check(mask_obj) || PyBytes_GET_SIZE(mask_obj) != (Py_ssize_t)self->snap->ntbs) {
-            PyErr_Format(PyExc_ValueError,
-                         "mask must be None or bytes with one byte per traceback (%u)",
-                         self->snap->ntbs);
-            return NULL;
-        }
-        mask = (const unsigned char *)PyBytes_AS_STRING(mask_obj);
+    const unsigned char *mask;
+    if (parse_mask(self, mask_obj, &mask) < 0) {
+        return NULL;
     }
     hw_groups_t *groups = hw_groups_build(self->snap, key_type, cumulative, mask);
     if (groups == NULL) {
@@ -330,10 +399,11 @@ SNAP_GETTER(ntraces, PyLong_FromSize_t(snap->ntraces))
 SNAP_GETTER(ntracebacks, PyLong_FromUnsignedLong(snap->ntbs))
 
 static PyMethodDef Snapshot_methods[] = {
-    {"traces", (PyCFunction)Snapshot_traces, METH_NOARGS,
-     "traces() -> list of (domain, size, frames, total_nframe)."},
-    {"tracebacks", (PyCFunction)Snapshot_tracebacks, METH_NOARGS,
-     "tracebacks() -> list of (domain, frames, total_nframe, size, count), one per traceback."},
+    {"traces", (PyCFunction)(void (*)(void))Snapshot_traces, METH_VARARGS | METH_KEYWORDS,
+     "traces(mask=None) -> list of (domain, size, frames, total_nframe)."},
+    {"tracebacks", (PyCFunction)(void (*)(void))Snapshot_tracebacks, METH_VARARGS | METH_KEYWORDS,
+     "tracebacks(names=False) -> list of (domain, frames, total_nframe, size, count), one per "
+     "traceback; with names=True a frame is (filename, lineno, function)."},
     {"group", (PyCFunction)(void (*)(void))Snapshot_group, METH_VARARGS | METH_KEYWORDS,
      "group(key_type, cumulative=False, mask=None) -> Groups."},
     {NULL, NULL, 0, NULL},

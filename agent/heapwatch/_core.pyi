@@ -19,7 +19,7 @@ Frames = tuple[FrameTuple, ...]
 RawTrace = tuple[int, int, Frames, int]
 RawStatistic = tuple[Frames, int, int]
 RawDiff = tuple[Frames, int, int, int, int]
-RawTracebackInfo = tuple[int, Frames, int, int, int]
+RawTracebackInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int]
 KeyType = Literal["traceback", "filename", "lineno"]
 Mode = Literal["exact", "sample"]
 
@@ -74,10 +74,13 @@ class Snapshot:
     def ntraces(self) -> int: ...
     @property
     def ntracebacks(self) -> int: ...
-    def traces(self) -> list[RawTrace]: ...
-    def tracebacks(self) -> list[RawTracebackInfo]:
+    def traces(self, mask: Optional[bytes] = None) -> list[RawTrace]:
+        """Every trace (of the tracebacks the mask keeps); needs traces=True."""
+    def tracebacks(self, names: bool = False) -> list[RawTracebackInfo]:
         """One (domain, frames, total_nframe, size, count) per traceback, in the
-        index order that ``group(mask=...)`` uses."""
+        index order that masks use (one byte per traceback, non-zero keeps it).
+        size and count are the traceback's totals (estimates in sample mode).
+        With names=True a frame is (filename, lineno, function qualname)."""
     def group(
         self, key_type: KeyType, cumulative: bool = False, mask: Optional[bytes] = None
     ) -> Groups: ...
