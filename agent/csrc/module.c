@@ -584,9 +584,11 @@ static PyObject *
 core_take_snapshot(PyObject *module, PyObject *args, PyObject *kwds)
 {
     (void)module;
-    static char *kwlist[] = {"traces", NULL};
+    static char *kwlist[] = {"traces", "reset_peak", NULL};
     int with_traces = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:take_snapshot", kwlist, &with_traces)) {
+    int reset_peak = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp:take_snapshot", kwlist, &with_traces,
+                                     &reset_peak)) {
         return NULL;
     }
     SnapshotObject *obj = PyObject_New(SnapshotObject, &Snapshot_Type);
@@ -594,7 +596,7 @@ core_take_snapshot(PyObject *module, PyObject *args, PyObject *kwds)
         return NULL;
     }
     obj->tb_tuples = NULL;
-    obj->snap = hw_snapshot_take(with_traces);
+    obj->snap = hw_snapshot_take(with_traces, reset_peak);
     if (obj->snap == NULL) {
         Py_DECREF(obj);
         return NULL;
@@ -823,7 +825,7 @@ static PyMethodDef core_methods[] = {
      "Bytes held by the tracer: tables at capacity, tracebacks, names."},
     {"get_object_traceback", core_get_object_traceback, METH_O, "-> frames or None"},
     {"take_snapshot", (PyCFunction)(void (*)(void))core_take_snapshot,
-     METH_VARARGS | METH_KEYWORDS, "take_snapshot(traces=True) -> Snapshot"},
+     METH_VARARGS | METH_KEYWORDS, "take_snapshot(traces=True, reset_peak=False) -> Snapshot"},
     {"get_config", core_get_config, METH_NOARGS, NULL},
     {"get_stats", core_get_stats, METH_NOARGS, NULL},
     {"drain", core_drain, METH_NOARGS, "Release code objects no trace refers to any more."},

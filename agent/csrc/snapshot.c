@@ -229,7 +229,7 @@ reserve(hw_snapshot_t *snap, uint32_t **local, size_t *local_len, size_t *tb_roo
 }
 
 hw_snapshot_t *
-hw_snapshot_take(int with_traces)
+hw_snapshot_take(int with_traces, int reset_peak)
 {
     hw_graveyard_drain();
     hw_snapshot_t *snap = hw_calloc(HW_MEM_SNAPSHOT, 1, sizeof(*snap));
@@ -254,6 +254,9 @@ hw_snapshot_take(int with_traces)
             return NULL;
         }
         int ok = take_unlocked(snap, with_traces, local, local_len, tb_room, trace_room);
+        if (ok == 0 && reset_peak) {
+            hw_tracer.peak = hw_tracer.traced;
+        }
         hw_unlock();
         if (ok == 0) {
             break;

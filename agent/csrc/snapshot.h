@@ -48,8 +48,10 @@ typedef struct {
     uint16_t *resolved; /* frames of traceback i resolved so far */
 } hw_snapshot_t;
 
-/* GIL held.  NULL with an exception set. */
-hw_snapshot_t *hw_snapshot_take(int with_traces);
+/* GIL held.  NULL with an exception set.  With reset_peak, the peak is reset
+ * to the current size in the same critical section, so no peak between the
+ * snapshot and the reset is lost (the agent's "peak during the interval"). */
+hw_snapshot_t *hw_snapshot_take(int with_traces, int reset_peak);
 /* GIL held. */
 void hw_snapshot_free(hw_snapshot_t *snap);
 /* Resolves the first `need` frames of traceback i.  -1 with an exception. */
