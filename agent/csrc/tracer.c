@@ -77,9 +77,6 @@ account_add_unlocked(hw_traceback_t *tb, size_t size)
     tb->count_fp += cnt;
     hw_tracer.traced += est;
     hw_tracer.count_fp += cnt;
-    if (hw_tracer.traced > hw_tracer.peak) {
-        hw_tracer.peak = hw_tracer.traced;
-    }
 }
 
 static void
@@ -111,6 +108,9 @@ hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t 
         hw_count_dropped();
         return;
     }
+    /* Add before removing a replaced trace: both may share the traceback,
+     * which must not be released in between (tests/core/test_trace_table.py). */
+    account_add_unlocked(tb, size);
     if (res == 1) {
         /* The block was traced already (a stale trace, or track() twice):
          * as the stdlib, the new trace replaces it. */
@@ -122,7 +122,9 @@ hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t 
             hw_filter_add_unlocked(ptr, +1);
         }
     }
-    account_add_unlocked(tb, size);
+    if (hw_tracer.traced > hw_tracer.peak) {
+        hw_tracer.peak = hw_tracer.traced;
+    }
     __atomic_add_fetch(&hw_tracer.recorded, 1, __ATOMIC_RELAXED);
 }
 

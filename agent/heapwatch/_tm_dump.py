@@ -1,0 +1,102 @@
+"""Snapshot.dump() and Snapshot.load(): heapwatch's dump format, and the
+stdlib's pickles only when the caller says the file is trusted.
+
+The format itself belongs to heapwatch.dumpfile; this module maps a
+snapshot's parts onto it.  dumpfile is imported when first needed, so that
+importing heapwatch.tracemalloc stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import platform
+import time
+from typing import TYPE_CHECKING, Union
+
+from heapwatch._errors import HeapwatchError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from heapwatch._core import RawTrace
+
+PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+
+class PickleRefusedError(HeapwatchError, ValueError):
+    """Snapshot.load() met a pickle (the stdlib's dump format) and was not
+    allowed to unpickle it: unpickling runs arbitrary code from the file."""
+
+
+class SnapshotParts:
+    """What a dump holds: the raw traces and how they were taken."""
+
+    __slots__ = ("mode", "sample_interval", "traceback_limit", "traces")
+
+    def __init__(
+        self, traces: Sequence[RawTrace], traceback_limit: int, mode: str, sample_interval: int
+    ) -> None:
+        self.traces = traces
+        self.traceback_limit = traceback_limit
+        self.mode = mode  # checked by the Snapshot built from the parts
+        self.sample_interval = sample_interval
+
+
+def write(filename: PathArg, parts: SnapshotParts) -> None:
+    """Writes the parts to filename in heapwatch's dump format."""
+    from heapwatch import dumpfile  # noqa: PLC0415 (on first use: see the docstring)
+
+    header = dumpfile.DumpHeader(
+        python_version=platform.python_version(),
+        pid=os.getpid(),
+        timestamp=time.time(),
+        mode=parts.mode,
+        sample_interval=parts.sample_interval,
+        traceback_limit=parts.traceback_limit,
+        extra={},
+    )
+    dumpfile.write_dump(os.fsdecode(filename), header, parts.traces)
+
+
+def read(filename: PathArg, allow_pickle: bool) -> SnapshotParts:
+    """The parts of a heapwatch dump or, with allow_pickle, of a pickled
+    stdlib (or heapwatch) Snapshot.
+
+    Raises PickleRefusedError for a pickle without allow_pickle, and
+    heapwatch.dumpfile.DumpError for anything else that is not a snapshot.
+    """
+    from heapwatch import dumpfile  # noqa: PLC0415 (on first use: see the docstring)
+
+    path = os.fsdecode(filename)
+    if dumpfile.sniff(path) == "pickle":
+        if not allow_pickle:
+            raise PickleRefusedError(
+                f"{path!r} is a pickle (the stdlib tracemalloc dump format); unpickling runs "
+                "arbitrary code from the file, so Snapshot.load() refuses it unless called "
+                "with allow_pickle=True for a file you trust"
+            )
+        with open(path, "rb") as fp:
+            obj = pickle.load(fp)
+        parts = _parts_of_unpickled(obj)
+        if parts is None:
+            raise dumpfile.DumpError(
+                f"{path!r} holds a pickled {type(obj).__module__}.{type(obj).__qualname__}, "
+                "not a tracemalloc Snapshot"
+            )
+        return parts
+    dump = dumpfile.read_dump(path)
+    header = dump.header
+    return SnapshotParts(dump.traces, header.traceback_limit, header.mode, header.sample_interval)
+
+
+def _parts_of_unpickled(obj: object) -> SnapshotParts | None:
+    """The parts of an unpickled Snapshot, stdlib's or ours, or None if obj is
+    not one (duck-typed: pickle imports the stdlib module by itself, we do not)."""
+    traces = getattr(getattr(obj, "traces", None), "_traces", None)
+    limit = getattr(obj, "traceback_limit", None)
+    if traces is None or not isinstance(limit, int):
+        return None
+    mode = getattr(obj, "mode", "exact")
+    sample_interval = getattr(obj, "sample_interval", 0)
+    return SnapshotParts(list(traces), limit, mode, sample_interval)

@@ -1,0 +1,148 @@
+"""A drop-in replacement for the stdlib ``tracemalloc``, backed by heapwatch._core.
+
+Same functions, classes, semantics and output formats as the stdlib module
+(``from heapwatch import tracemalloc``), with heapwatch's allocator hooks
+underneath instead of the stdlib tracer.  Extensions:
+
+* ``start(nframe, mode="sample", sample_interval=...)`` samples allocations
+  by bytes (a Poisson process; 512 KiB apart on average by default) instead of
+  tracing every one; sizes and counts are then unbiased estimates.
+  ``get_mode()`` and ``get_sample_interval()`` read the configuration back.
+* ``Snapshot.dump()`` writes heapwatch's own dump format, not a pickle, and
+  ``Snapshot.load()`` refuses pickles unless ``allow_pickle=True``.
+* Statistics and comparisons of snapshots from take_snapshot() are computed
+  in C, at a cost that grows with the number of distinct tracebacks rather
+  than the number of live blocks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, SupportsIndex
+
+from heapwatch import _core
+from heapwatch._tm_checks import check_mode, check_nframe, check_sample_interval
+from heapwatch._tm_dump import PickleRefusedError
+from heapwatch._tm_filters import BaseFilter, DomainFilter, Filter
+from heapwatch._tm_objects import Frame, Statistic, StatisticDiff, Trace, Traceback
+from heapwatch._tm_snapshot import Snapshot, snapshot_of_core
+
+if TYPE_CHECKING:
+    from heapwatch._core import Mode
+
+__all__ = [
+    "BaseFilter",
+    "DomainFilter",
+    "Filter",
+    "Frame",
+    "PickleRefusedError",
+    "Snapshot",
+    "Statistic",
+    "StatisticDiff",
+    "Trace",
+    "Traceback",
+    "clear_traces",
+    "get_mode",
+    "get_object_traceback",
+    "get_sample_interval",
+    "get_traceback_limit",
+    "get_traced_memory",
+    "get_tracemalloc_memory",
+    "is_tracing",
+    "reset_peak",
+    "start",
+    "stop",
+    "take_snapshot",
+]
+
+# The classes live in private modules; pickles and reprs of the classes name
+# the module users import.
+for _cls in (
+    BaseFilter,
+    DomainFilter,
+    Filter,
+    Frame,
+    PickleRefusedError,
+    Snapshot,
+    Statistic,
+    StatisticDiff,
+    Trace,
+    Traceback,
+):
+    _cls.__module__ = __name__
+del _cls
+
+
+def start(
+    nframe: SupportsIndex = 1, *, mode: str = "exact", sample_interval: int | None = None
+) -> None:
+    """Starts tracing allocations, keeping up to nframe frames per traceback.
+
+    mode="sample" records a sample of the allocations, one every
+    sample_interval bytes on average (default _core.DEFAULT_SAMPLE_INTERVAL).
+    If tracing already, does nothing (as the stdlib: the running
+    configuration stays).  Raises RuntimeError if the stdlib tracer is tracing.
+    """
+    checked_nframe = check_nframe(nframe)
+    checked_mode = check_mode(mode)
+    interval = check_sample_interval(
+        _core.DEFAULT_SAMPLE_INTERVAL if sample_interval is None else sample_interval
+    )
+    _core.start(checked_nframe, checked_mode, interval)
+
+
+def stop() -> None:
+    """Stops tracing and clears every trace; does nothing if not tracing."""
+    _core.stop()
+
+
+def is_tracing() -> bool:
+    """Whether allocations are being traced."""
+    return _core.is_tracing()
+
+
+def clear_traces() -> None:
+    """Forgets every trace and resets the traced and peak sizes, tracing on."""
+    _core.clear_traces()
+
+
+def reset_peak() -> None:
+    """Sets the peak traced size to the current traced size."""
+    _core.reset_peak()
+
+
+def get_traceback_limit() -> int:
+    """The most frames a traceback keeps: start()'s nframe."""
+    return _core.get_traceback_limit()
+
+
+def get_traced_memory() -> tuple[int, int]:
+    """(current, peak) size in bytes of the traced blocks; (0, 0) if not
+    tracing.  Estimates in sample mode."""
+    return _core.get_traced_memory()
+
+
+def get_tracemalloc_memory() -> int:
+    """Bytes the tracer itself uses to store traces and tracebacks."""
+    return _core.get_tracemalloc_memory()
+
+
+def get_object_traceback(obj: object) -> Traceback | None:
+    """Where obj was allocated, or None if that allocation was not traced
+    (not tracing, allocated before start(), or not sampled)."""
+    frames = _core.get_object_traceback(obj)
+    return None if frames is None else Traceback(frames)
+
+
+def take_snapshot() -> Snapshot:
+    """A Snapshot of the traces now; RuntimeError if not tracing."""
+    return snapshot_of_core(_core.take_snapshot(traces=True))
+
+
+def get_mode() -> Mode:
+    """'exact' or 'sample': the mode start() set (the last one, once stopped)."""
+    return _core.get_config()["mode"]
+
+
+def get_sample_interval() -> int:
+    """Mean bytes between samples, as start() set it."""
+    return _core.get_config()["sample_interval"]

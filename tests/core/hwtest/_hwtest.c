@@ -1,0 +1,186 @@
+/* Test-only helpers that make allocations the way C code outside the
+ * interpreter's control does: through PyMem_RawMalloc with the GIL released,
+ * and from threads that have no Python thread state at all. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <time.h>
+
+/* raw_alloc_nogil(count, size) -> list of addresses, allocated with the GIL
+ * released.  The caller frees them with raw_free_nogil(). */
+static PyObject *
+raw_alloc_nogil(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t count, size;
+    if (!PyArg_ParseTuple(args, "nn", &count, &size) || count < 0 || size < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "count and size must be >= 0");
+        }
+        return NULL;
+    }
+    void **ptrs = malloc(sizeof(void *) * (size_t)(count ? count : 1));
+    if (ptrs == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        ptrs[i] = PyMem_RawMalloc((size_t)size);
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *list = PyList_New(count);
+    for (Py_ssize_t i = 0; list != NULL && i < count; i++) {
+        PyList_SET_ITEM(list, i, PyLong_FromVoidPtr(ptrs[i]));
+    }
+    free(ptrs);
+    return list;
+}
+
+static PyObject *
+raw_free_nogil(PyObject *self, PyObject *list)
+{
+    (void)self;
+    Py_ssize_t n = PyList_Size(list);
+    if (n < 0) {
+        return NULL;
+    }
+    void **ptrs = malloc(sizeof(void *) * (size_t)(n ? n : 1));
+    if (ptrs == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ptrs[i] = PyLong_AsVoidPtr(PyList_GET_ITEM(list, i));
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyMem_RawFree(ptrs[i]);
+    }
+    Py_END_ALLOW_THREADS
+    free(ptrs);
+    Py_RETURN_NONE;
+}
+
+/* churn_nogil(iterations, max_size): malloc/realloc/free with the GIL released. */
+static PyObject *
+churn_nogil(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t iterations, max_size;
+    if (!PyArg_ParseTuple(args, "nn", &iterations, &max_size) || max_size < 1) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "max_size must be >= 1");
+        }
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    void *keep[16] = {0};
+    unsigned seed = 12345;
+    for (Py_ssize_t i = 0; i < iterations; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int slot = (int)((seed >> 16) % 16);
+        size_t size = 1 + (seed >> 8) % (size_t)max_size;
+        if (keep[slot] == NULL) {
+            keep[slot] = PyMem_RawMalloc(size);
+        }
+        else if (seed & 1) {
+            void *p = PyMem_RawRealloc(keep[slot], size);
+            if (p != NULL) {
+                keep[slot] = p;
+            }
+        }
+        else {
+            PyMem_RawFree(keep[slot]);
+            keep[slot] = NULL;
+        }
+    }
+    for (int i = 0; i < 16; i++) {
+        PyMem_RawFree(keep[i]);
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    sem_t done;
+    size_t size;
+    void *ptr;
+} probe_t;
+
+static void *
+probe_thread(void *arg)
+{
+    probe_t *probe = arg;
+    /* A thread the interpreter has never seen: no thread state, no GIL. */
+    probe->ptr = PyMem_RawMalloc(probe->size);
+    sem_post(&probe->done);
+    return NULL;
+}
+
+/* foreign_thread_alloc_while_holding_gil(size, timeout_ms) -> address or None.
+ * Starts a pthread that allocates through PyMem_RawMalloc and waits for it
+ * while HOLDING the GIL.  A tracer whose RAW hook takes the GIL cannot let
+ * the thread finish: the wait times out and None is returned (the thread is
+ * then joined after releasing the GIL, and its block freed). */
+static PyObject *
+foreign_thread_alloc_while_holding_gil(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t size;
+    int timeout_ms;
+    if (!PyArg_ParseTuple(args, "ni", &size, &timeout_ms)) {
+        return NULL;
+    }
+    probe_t probe;
+    probe.size = (size_t)size;
+    probe.ptr = NULL;
+    sem_init(&probe.done, 0, 0);
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, probe_thread, &probe) != 0) {
+        PyErr_SetString(PyExc_OSError, "pthread_create failed");
+        return NULL;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    int finished;
+    do {
+        finished = sem_timedwait(&probe.done, &deadline) == 0;
+    } while (!finished && errno == EINTR);
+    void *ptr = probe.ptr;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(thread, NULL);
+    Py_END_ALLOW_THREADS
+    sem_destroy(&probe.done);
+    if (!finished) {
+        PyMem_RawFree(probe.ptr);
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromVoidPtr(ptr);
+}
+
+static PyMethodDef methods[] = {
+    {"raw_alloc_nogil", raw_alloc_nogil, METH_VARARGS, NULL},
+    {"raw_free_nogil", raw_free_nogil, METH_O, NULL},
+    {"churn_nogil", churn_nogil, METH_VARARGS, NULL},
+    {"foreign_thread_alloc_while_holding_gil", foreign_thread_alloc_while_holding_gil,
+     METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_hwtest", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__hwtest(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,89 @@
+"""heapwatch and the stdlib tracer, started and stopped in every order.
+
+Each scenario runs in a fresh interpreter: the allocator chain is process
+state.  Orders that can be made safe work; the one that cannot (heapwatch
+installing under a running stdlib tracer, which would remove heapwatch's hooks
+on stop) raises a clear RuntimeError.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = textwrap.dedent(
+    """
+    import tracemalloc as S
+    from heapwatch import _core as H
+
+    def hw_sees():
+        x = bytearray(123457)
+        return any(t[1] == 123458 for t in H.take_snapshot().traces())
+
+    def std_sees():
+        x = bytearray(123457)
+        return any(t.size == 123458 for t in S.take_snapshot().traces)
+    """
+)
+
+SCENARIOS = {
+    "hw, stdlib on top, stdlib stops, hw stops": """
+        H.start(); S.start()
+        assert hw_sees() and std_sees()
+        S.stop(); assert hw_sees()
+        H.stop(); assert not H.hooks_installed()
+    """,
+    "hw, stdlib on top, hw stops first, stdlib stops": """
+        H.start(); S.start()
+        H.stop()
+        assert H.hooks_installed()   # buried under the stdlib's hooks: stays, passing through
+        assert std_sees()
+        S.stop()
+        H.start(); assert hw_sees()  # restarting reuses the hooks already in the chain
+        H.stop(); assert not H.hooks_installed()
+    """,
+    "hw stops under stdlib and restarts under it": """
+        H.start(); S.start(); H.stop()
+        H.start(); assert hw_sees() and std_sees()
+        S.stop(); assert hw_sees()
+        H.stop(); assert not H.hooks_installed()
+    """,
+    "stdlib first, then hw: refused": """
+        S.start()
+        try:
+            H.start()
+        except RuntimeError as exc:
+            assert "tracemalloc.stop() first" in str(exc), exc
+        else:
+            raise AssertionError("H.start() under a running stdlib tracer must raise")
+        assert not H.is_tracing() and std_sees()
+        S.stop()
+        H.start(); assert hw_sees(); H.stop()
+    """,
+    "stdlib before and after hw": """
+        S.start(); assert std_sees(); S.stop()
+        H.start(); assert hw_sees(); H.stop()
+        S.start(); assert std_sees(); S.stop()
+        assert not H.hooks_installed()
+    """,
+    "interleaved many times": """
+        for i in range(20):
+            H.start(); S.start(); assert hw_sees() and std_sees()
+            if i % 2: S.stop(); H.stop()
+            else: H.stop(); S.stop()
+        H.start(); assert hw_sees(); H.stop()
+        assert not H.hooks_installed()
+    """,
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_coexistence_order(name: str) -> None:
+    code = PRELUDE + textwrap.dedent(SCENARIOS[name]) + "\nprint('ok')\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

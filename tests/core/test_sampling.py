@@ -1,0 +1,162 @@
+"""Sampling mode: the estimates are unbiased and accurate.
+
+A block of s bytes is sampled with probability p = 1 - exp(-s / I) and then
+weighs s / p bytes, so the estimate of a site is unbiased with variance
+sum(s**2 * (1 - p) / p) over its blocks.  The tests compare against exact
+tracing of the same workload, with tolerances derived from that variance
+(5 standard errors: a false failure is a one-in-a-million event per check).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from types import ModuleType
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+def site_a(n: int) -> bytearray:
+    return bytearray(n)
+
+
+def site_b(n: int) -> bytearray:
+    return bytearray(n)
+
+
+def site_c(n: int) -> bytearray:
+    return bytearray(n)
+
+
+SITES: list[Callable[[int], bytearray]] = [site_a, site_b, site_c]
+
+
+def _line(site: Callable[[int], bytearray]) -> tuple[str, int]:
+    return (__file__, site.__code__.co_firstlineno + 1)
+
+
+def _run(core: ModuleType, stream: list[tuple[int, int, int]]) -> tuple[dict[tuple[str, int], int], list[bytearray]]:
+    keep = [SITES[site](size) for site, size, count in stream for _ in range(count)]
+    stats = core.take_snapshot(traces=False).group("lineno").statistics()
+    return {frames[0]: size for frames, size, _c in stats}, keep
+
+
+def _variance(block_sizes: list[int], interval: int) -> float:
+    total = 0.0
+    for s in block_sizes:
+        p = -math.expm1(-s / interval)
+        total += s * s * (1 - p) / p
+    return total
+
+
+streams = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(1, 300_000), st.integers(1, 40)),
+    min_size=1, max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stream=streams)
+def test_estimates_converge_to_the_exact_sizes(core: ModuleType, stream: list[tuple[int, int, int]]) -> None:
+    interval = 32 * 1024
+    rounds = 40
+    core.stop()
+    core.start(1, "exact")
+    exact, keep = _run(core, stream)
+    core.stop()
+    del keep
+    sums: dict[tuple[str, int], float] = {}
+    for _ in range(rounds):
+        core.start(1, "sample", interval)  # each start reseeds the sampler
+        estimate, keep = _run(core, stream)
+        core.stop()
+        del keep
+        for site in SITES:
+            sums[_line(site)] = sums.get(_line(site), 0.0) + estimate.get(_line(site), 0)
+    for index, site in enumerate(SITES):
+        key = _line(site)
+        # bytearray(n) allocates a 56-byte object (pymalloc) and an n+1 byte buffer
+        blocks = [n + 1 for s, n, c in stream if s == index for _ in range(c)]
+        blocks += [56] * len(blocks)
+        mean = sums[key] / rounds
+        stderr = math.sqrt(_variance(blocks, interval) / rounds)
+        assert abs(mean - exact.get(key, 0)) <= 5 * stderr + 64, (key, mean, exact.get(key))
+
+
+WORKLOAD = [  # (block size, count): about 203 MB over a dozen sites
+    (64, 32768), (200, 20000), (500, 10000), (1024, 8000), (2048, 1200), (4096, 4000),
+    (8192, 2500), (16384, 1500), (51200, 400), (102400, 300), (1048576, 40), (3145728, 10),
+]
+
+
+def _make_sites() -> list[Callable[[int, int], list[bytearray]]]:
+    namespace: dict[str, object] = {}
+    source = "".join(
+        f"def site{i}(size, count):\n    return [bytearray(size) for _ in range(count)]\n"
+        for i in range(len(WORKLOAD))
+    )
+    exec(compile(source, "<accuracy-sites>", "exec"), namespace)
+    return [namespace[f"site{i}"] for i in range(len(WORKLOAD))]  # type: ignore[misc]
+
+
+@pytest.mark.slow
+def test_sampled_sites_within_ten_percent_of_exact(core: ModuleType) -> None:
+    # Given a workload of ~200 MB over a dozen sites, traced exactly,
+    sites = _make_sites()
+    interval = 1024
+    core.start(1, "exact")
+    live = [site(size, count) for site, (size, count) in zip(sites, WORKLOAD)]
+    exact = {f[0]: size for f, size, _c in core.take_snapshot(traces=False).group("lineno").statistics()}
+    core.stop()
+    del live
+    # when the same workload is traced in sample mode,
+    core.start(1, "sample", interval)
+    live = [site(size, count) for site, (size, count) in zip(sites, WORKLOAD)]
+    estimate = {f[0]: size for f, size, _c in core.take_snapshot(traces=False).group("lineno").statistics()}
+    core.stop()
+    del live
+    # then every site holding at least 1% of the memory is within ±10%.
+    # (At a 1 KiB interval the smallest such site, 2 MB of 64-byte blocks,
+    # gets ~2000 samples: 10% is 4.5 standard errors.)
+    total = sum(size for (name, _l), size in exact.items() if name == "<accuracy-sites>")
+    assert total >= 200_000_000
+    checked = 0
+    for key, size in exact.items():
+        if key[0] != "<accuracy-sites>" or size < total / 100:
+            continue
+        checked += 1
+        assert abs(estimate.get(key, 0) - size) <= size / 10, (key, size, estimate.get(key))
+    assert checked == len(WORKLOAD)
+
+
+@pytest.mark.slow
+def test_default_interval_estimates_large_sites(core: ModuleType) -> None:
+    # At the 512 KiB default, a 100 MB site of 1 MiB blocks is within ±10%
+    # (about 100 samples of weight ~1.5 MiB: 10% is ~5 standard errors).
+    core.start(1, "sample")
+    keep = [site_a(1 << 20) for _ in range(100)]
+    stats = core.take_snapshot(traces=False).group("lineno").statistics()
+    estimate = {f[0]: size for f, size, _c in stats}.get(_line(site_a), 0)
+    exact = 100 * ((1 << 20) + 1 + 56)
+    blocks = [(1 << 20) + 1] * 100
+    assert abs(estimate - exact) <= 5 * math.sqrt(_variance(blocks, 512 * 1024)) + 100 * 56 * 10
+    del keep
+
+
+def test_traced_memory_and_peak_are_estimates_too(core: ModuleType) -> None:
+    core.start(1, "sample", 4096)
+    keep = [site_b(100_000) for _ in range(200)]
+    current, peak = core.get_traced_memory()
+    assert 0.8 * 20_000_000 < current < 1.2 * 20_000_000 + 5_000_000
+    assert peak >= current
+    del keep
+
+
+def test_unsampled_blocks_are_not_traced(core: ModuleType) -> None:
+    core.start(1, "sample", 1 << 30)
+    keep = [bytearray(16) for _ in range(10_000)]
+    stats = core.get_stats()
+    assert stats["live_traces"] < 10
+    del keep
