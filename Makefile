@@ -30,7 +30,7 @@ $(VENV)/.installed: $(VENV)/.deps $(SOURCES)
 install: $(VENV)/.installed  ## build the C extension and install heapwatch into .venv
 
 demo: $(VENV)/.installed  ## run the demo service with the agent on (Ctrl-C to stop)
-	$(VPY) examples/demo_service.py
+	HEAPWATCH_ENABLED=1 HEAPWATCH_INTERVAL=$${HEAPWATCH_INTERVAL:-5} HEAPWATCH_SAMPLE_INTERVAL=$${HEAPWATCH_SAMPLE_INTERVAL:-64KiB} $(VPY) examples/demo_service.py
 
 test: $(VENV)/.installed  ## run the test suite with python3
 	cd tests && ../$(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)

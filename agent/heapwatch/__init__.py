@@ -5,12 +5,60 @@ heapwatch's own allocator hooks.  The agent (``start_agent``) publishes what it
 sees to Prometheus and OpenTelemetry.
 """
 
+from __future__ import annotations
+
 from heapwatch._interpreter import check as _check_interpreter
 
 _check_interpreter()
 
 from heapwatch._errors import HeapwatchError  # noqa: E402
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
+    from heapwatch._agent import Agent, CycleResult, Site, get_agent, start_agent, stop_agent
+    from heapwatch._config import AgentConfig, ConfigError
+
 __version__ = "0.1.0"
 
-__all__ = ["HeapwatchError", "__version__"]
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "ConfigError",
+    "CycleResult",
+    "HeapwatchError",
+    "Site",
+    "__version__",
+    "get_agent",
+    "start_agent",
+    "stop_agent",
+]
+
+# Imported on first use, so that ``import heapwatch`` (and the auto-start
+# hook when it is off) stays light.
+_LAZY = {
+    "Agent": "heapwatch._agent",
+    "CycleResult": "heapwatch._agent",
+    "Site": "heapwatch._agent",
+    "get_agent": "heapwatch._agent",
+    "start_agent": "heapwatch._agent",
+    "stop_agent": "heapwatch._agent",
+    "AgentConfig": "heapwatch._config",
+    "ConfigError": "heapwatch._config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'heapwatch' has no attribute {name!r}")
+    import importlib  # noqa: PLC0415 (imported on first use)
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import platform
+import sys
 import time
 from typing import TYPE_CHECKING, Union
 
@@ -45,10 +45,10 @@ class SnapshotParts:
 
 def write(filename: PathArg, parts: SnapshotParts) -> None:
     """Writes the parts to filename in heapwatch's dump format."""
-    from heapwatch import dumpfile  # noqa: PLC0415 (on first use: see the docstring)
+    from heapwatch import dumpfile  # noqa: PLC0415 (imported on first use: see the docstring)
 
     header = dumpfile.DumpHeader(
-        python_version=platform.python_version(),
+        python_version=sys.version.split()[0],  # as platform.python_version()
         pid=os.getpid(),
         timestamp=time.time(),
         mode=parts.mode,
@@ -66,7 +66,7 @@ def read(filename: PathArg, allow_pickle: bool) -> SnapshotParts:
     Raises PickleRefusedError for a pickle without allow_pickle, and
     heapwatch.dumpfile.DumpError for anything else that is not a snapshot.
     """
-    from heapwatch import dumpfile  # noqa: PLC0415 (on first use: see the docstring)
+    from heapwatch import dumpfile  # noqa: PLC0415 (imported on first use: see the docstring)
 
     path = os.fsdecode(filename)
     if dumpfile.sniff(path) == "pickle":

@@ -7,10 +7,9 @@ are byte-for-byte the stdlib's, so code that prints or sorts them cannot tell
 the two modules apart.
 """
 
-# The stdlib's %-formats are kept as they are: "%i" truncates a float and "%s"
-# calls str(), where f-strings would raise or call __format__, so the output
-# stays identical whatever the attributes hold.
-# ruff: noqa: UP031
+# The stdlib formats with %: the f-strings below convert explicitly as % does
+# ("%s" is !s, "%i" is int()), so that the output stays identical even for
+# attributes that are not ints (a float count prints truncated, as there).
 
 from __future__ import annotations
 
@@ -30,9 +29,9 @@ def _format_size(size: float, sign: bool) -> str:
     unit ("12.5 KiB"), 4 or 5 digits otherwise ("4855 KiB"), bytes as is."""
     for unit in _UNITS:
         if abs(size) < 100 and unit != "B":
-            return ("%+.1f %s" if sign else "%.1f %s") % (size, unit)
+            return f"{size:+.1f} {unit}" if sign else f"{size:.1f} {unit}"
         if abs(size) < 10 * 1024 or unit == "TiB":
-            return ("%+.0f %s" if sign else "%.0f %s") % (size, unit)
+            return f"{size:+.0f} {unit}" if sign else f"{size:.0f} {unit}"
         size /= 1024
     raise AssertionError("unreachable: the last unit always returns")
 
@@ -68,10 +67,10 @@ class Frame:
         return hash(self._frame)
 
     def __str__(self) -> str:
-        return "%s:%s" % (self.filename, self.lineno)
+        return f"{self.filename!s}:{self.lineno!s}"
 
     def __repr__(self) -> str:
-        return "<Frame filename=%r lineno=%r>" % (self.filename, self.lineno)
+        return f"<Frame filename={self.filename!r} lineno={self.lineno!r}>"
 
 
 @total_ordering
@@ -147,10 +146,10 @@ class Traceback(Sequence[Frame]):
             frames = frames[::-1]
         lines = []
         for frame in frames:
-            lines.append('  File "%s", line %s' % (frame.filename, frame.lineno))
+            lines.append(f'  File "{frame.filename!s}", line {frame.lineno!s}')
             line = linecache.getline(frame.filename, frame.lineno).strip()
             if line:
-                lines.append("    %s" % line)
+                lines.append(f"    {line}")
         return lines
 
 
@@ -184,14 +183,11 @@ class Trace:
         return hash(self._trace)
 
     def __str__(self) -> str:
-        return "%s: %s" % (self.traceback, _format_size(self.size, False))
+        return f"{self.traceback!s}: {_format_size(self.size, False)}"
 
     def __repr__(self) -> str:
-        return "<Trace domain=%s size=%s, traceback=%r>" % (
-            self.domain,
-            _format_size(self.size, False),
-            self.traceback,
-        )
+        size = _format_size(self.size, False)
+        return f"<Trace domain={self.domain!s} size={size}, traceback={self.traceback!r}>"
 
 
 class _Traces(Sequence[Trace]):
@@ -224,7 +220,7 @@ class _Traces(Sequence[Trace]):
     __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return "<Traces len=%s>" % len(self)
+        return f"<Traces len={len(self)}>"
 
 
 class Statistic:
@@ -250,20 +246,15 @@ class Statistic:
         )
 
     def __str__(self) -> str:
-        text = "%s: size=%s, count=%i" % (
-            self.traceback,
-            _format_size(self.size, False),
-            self.count,
-        )
+        text = f"{self.traceback!s}: size={_format_size(self.size, False)}, count={int(self.count)}"
         if self.count:
-            text += ", average=%s" % _format_size(self.size / self.count, False)
+            text += f", average={_format_size(self.size / self.count, False)}"
         return text
 
     def __repr__(self) -> str:
-        return "<Statistic traceback=%r size=%i count=%i>" % (
-            self.traceback,
-            self.size,
-            self.count,
+        return (
+            f"<Statistic traceback={self.traceback!r} "
+            f"size={int(self.size)} count={int(self.count)}>"
         )
 
     def _sort_key(self) -> tuple[int, int, Traceback]:
@@ -299,24 +290,20 @@ class StatisticDiff:
         )
 
     def __str__(self) -> str:
-        text = "%s: size=%s (%s), count=%i (%+i)" % (
-            self.traceback,
-            _format_size(self.size, False),
-            _format_size(self.size_diff, True),
-            self.count,
-            self.count_diff,
+        text = (
+            f"{self.traceback!s}: size={_format_size(self.size, False)} "
+            f"({_format_size(self.size_diff, True)}), "
+            f"count={int(self.count)} ({int(self.count_diff):+d})"
         )
         if self.count:
-            text += ", average=%s" % _format_size(self.size / self.count, False)
+            text += f", average={_format_size(self.size / self.count, False)}"
         return text
 
     def __repr__(self) -> str:
-        return "<StatisticDiff traceback=%r size=%i (%+i) count=%i (%+i)>" % (
-            self.traceback,
-            self.size,
-            self.size_diff,
-            self.count,
-            self.count_diff,
+        return (
+            f"<StatisticDiff traceback={self.traceback!r} "
+            f"size={int(self.size)} ({int(self.size_diff):+d}) "
+            f"count={int(self.count)} ({int(self.count_diff):+d})>"
         )
 
     def _sort_key(self) -> tuple[int, int, int, int, Traceback]:

@@ -75,7 +75,7 @@ class Snapshot:
         traces: Sequence[RawTrace],
         traceback_limit: int,
         *,
-        mode: Mode = "exact",
+        mode: str = "exact",
         sample_interval: int = 0,
     ) -> None:
         self._mode: Mode = check_mode(mode)
@@ -163,7 +163,7 @@ class Snapshot:
         return cls(
             parts.traces,
             parts.traceback_limit,
-            mode=check_mode(parts.mode),
+            mode=parts.mode,
             sample_interval=parts.sample_interval,
         )
 
@@ -254,7 +254,7 @@ def _restore(
     cls: type[_S],
     traces: Sequence[RawTrace],
     traceback_limit: int,
-    mode: Mode,
+    mode: str,
     sample_interval: int,
 ) -> _S:
     """Unpickles a Snapshot (see Snapshot.__reduce__)."""

@@ -122,7 +122,7 @@ def test_filter_traces_accepts_any_iterable(tm: ModuleType) -> None:
 
 
 def test_filter_traces_refuses_a_non_iterable(tm: ModuleType) -> None:
-    with pytest.raises(TypeError, match="^filters must be a list of filters, not int$"):
+    with pytest.raises(TypeError, match=r"^filters must be a list of filters, not int$"):
         tm.Snapshot(list(TRACES), 2).filter_traces(3)
 
 

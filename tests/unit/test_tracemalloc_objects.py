@@ -219,7 +219,9 @@ def test_snapshot_traces_is_a_lazy_sequence_of_trace(tm: ModuleType) -> None:
 # ---- Statistic and StatisticDiff --------------------------------------------
 
 
-@pytest.mark.parametrize(("size", "count"), [(0, 0), (1000, 0), (10, 3), (5 * 1024**2, 7)])
+@pytest.mark.parametrize(
+    ("size", "count"), [(0, 0), (1000, 0), (10, 3), (5 * 1024**2, 7), (10.5, 2.7), (True, 1)]
+)
 def test_statistic_str_repr_hash_match_the_stdlib(size: int, count: int) -> None:
     ours, theirs = both(lambda m: m.Statistic(m.Traceback(RAW_FRAMES, 4), size, count))
     assert str(ours) == str(theirs)
@@ -235,7 +237,13 @@ def test_statistic_str_has_an_average_only_with_blocks(tm: ModuleType) -> None:
 
 @pytest.mark.parametrize(
     ("size", "size_diff", "count", "count_diff"),
-    [(0, -100, 0, -1), (2048, 2048, 2, 2), (10**7, -(10**6), 10, 0), (5, 0, 1, -4)],
+    [
+        (0, -100, 0, -1),
+        (2048, 2048, 2, 2),
+        (10**7, -(10**6), 10, 0),
+        (5, 0, 1, -4),
+        (7.5, -2.5, 3.9, -1.9),  # floats print as the stdlib's %i prints them: truncated
+    ],
 )
 def test_statistic_diff_str_repr_hash_match_the_stdlib(
     size: int, size_diff: int, count: int, count_diff: int

@@ -5,6 +5,7 @@ random traces."""
 from __future__ import annotations
 
 import pickle
+import re
 import tracemalloc as stdlib_tm
 from types import ModuleType
 from typing import Any
@@ -120,7 +121,7 @@ def test_unknown_key_types_raise_the_stdlib_error(
 ) -> None:
     snapshot = tm.Snapshot(TRACES, 2)
     args = (snapshot, key_type) if method == "compare_to" else (key_type,)
-    with pytest.raises(ValueError, match=r"^unknown key_type: %s$" % repr(key_type)):
+    with pytest.raises(ValueError, match=rf"^unknown key_type: {re.escape(repr(key_type))}$"):
         getattr(snapshot, method)(*args)
 
 
@@ -131,7 +132,7 @@ def test_cumulative_traceback_raises_the_stdlib_error_with_its_typo(
     snapshot = tm.Snapshot(TRACES, 2)
     args = (snapshot, "traceback") if method == "compare_to" else ("traceback",)
     with pytest.raises(
-        ValueError, match="^cumulative mode cannot by used with key type 'traceback'$"
+        ValueError, match=r"^cumulative mode cannot by used with key type 'traceback'$"
     ):
         getattr(snapshot, method)(*args, cumulative=True)
 
@@ -172,7 +173,7 @@ def test_compare_to_with_itself_gives_zero_differences(tm: ModuleType) -> None:
 
 def test_compare_to_cumulative(tm: ModuleType) -> None:
     old = [(0, 10, (("a.py", 2), ("b.py", 4)), 2)]
-    new = old + [(0, 6, (("c.py", 9), ("b.py", 4)), 2)]
+    new = [*old, (0, 6, (("c.py", 9), ("b.py", 4)), 2)]
     diffs = tm.Snapshot(new, 2).compare_to(tm.Snapshot(old, 2), "lineno", cumulative=True)
     assert diff_rows(diffs) == [
         (("b.py:4",), 16, 6, 2, 1),
@@ -200,7 +201,10 @@ def test_hand_built_snapshots_are_exact_unless_told() -> None:
     ("kwargs", "message"),
     [
         ({"mode": "fast"}, r"^mode must be 'exact' or 'sample', got 'fast'$"),
-        ({"mode": "sample"}, r"^sample_interval must be in range \[1; 1099511627776\] bytes, got 0$"),
+        (
+            {"mode": "sample"},
+            r"^sample_interval must be in range \[1; 1099511627776\] bytes, got 0$",
+        ),
         (
             {"mode": "sample", "sample_interval": 2**40 + 1},
             r"^sample_interval must be in range \[1; 1099511627776\] bytes, got 1099511627777$",
@@ -219,7 +223,7 @@ def test_snapshot_refuses_a_non_integer_sample_interval() -> None:
 
 
 def test_compare_to_refuses_a_non_snapshot() -> None:
-    with pytest.raises(TypeError, match="old_snapshot must be a heapwatch.tracemalloc.Snapshot"):
+    with pytest.raises(TypeError, match=r"old_snapshot must be a heapwatch\.tracemalloc\.Snapshot"):
         hw_tm.Snapshot(TRACES, 2).compare_to(stdlib_tm.Snapshot(TRACES, 2), "lineno")  # type: ignore[arg-type]
 
 

@@ -1,0 +1,666 @@
+"""The agent: a daemon thread that turns the core's snapshots into metrics.
+
+Every ``interval`` seconds, in a thread named ``heapwatch-agent`` (the
+OpenTelemetry ``PeriodicExportingMetricReader`` way: ``Event.wait(interval)``,
+one last cycle at shutdown), a cycle takes an aggregated snapshot (resetting
+the peak in the same critical section), groups it by line in C, diffs the top
+sites against the previous cycle's grouping, and publishes a ``CycleResult``.
+Exporters only read the last result: a scrape never takes a snapshot.
+
+Failure policy: a failing cycle is logged (once, until it recovers) and
+retried at the next interval; an exporter that fails to start is logged and
+left out; nothing is raised into the application.  ``stop`` is idempotent and
+bounded by a deadline, and runs at exit.  After ``fork()`` the agent restarts
+in the child with a fresh baseline, its own endpoint (the port rule in
+``heapwatch._server``) and no state from the parent.  docs/design/agent.md
+has the whole picture.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
+
+from heapwatch._config import AgentConfig
+from heapwatch._errors import HeapwatchError
+from heapwatch._server import Router, Server
+
+if TYPE_CHECKING:
+    from heapwatch import _core
+
+__all__ = [
+    "OTHER_FILE",
+    "OTHER_LINE",
+    "Agent",
+    "CoreSource",
+    "CycleResult",
+    "Exporter",
+    "Readings",
+    "Site",
+    "SnapshotSource",
+    "get_agent",
+    "start_agent",
+    "stop_agent",
+]
+
+log = logging.getLogger("heapwatch.agent")
+
+# The series that sums every site outside the top ones (fixed: dashboards
+# and alert rules select on it).
+OTHER_FILE = "<other>"
+OTHER_LINE = 0
+
+AT_EXIT_TIMEOUT = 2.0
+
+
+class Site(NamedTuple):
+    """One allocation site (file and line) in a cycle's result."""
+
+    file: str
+    line: int
+    size: int
+    """Live bytes allocated there (an estimate in sample mode)."""
+    blocks: int
+    growth: int
+    """Change of ``size`` since the previous cycle (0 on the first cycle)."""
+
+
+class CycleResult(NamedTuple):
+    """What one cycle saw.  ``sites`` holds the top sites by size, then the
+    ``<other>`` site, so that their sizes sum to ``traced`` and their growths
+    to the change of ``traced`` since the previous cycle."""
+
+    timestamp: float
+    """Unix time of the snapshot."""
+    duration: float
+    """Seconds the cycle took."""
+    traced: int
+    peak: int
+    """Peak traced bytes since the previous cycle."""
+    blocks: int
+    tracer_memory: int
+    """Bytes the tracer itself uses."""
+    dropped: int
+    """Traces lost since tracing started (no memory to record them)."""
+    sites: tuple[Site, ...]
+
+
+class Readings(NamedTuple):
+    """What exporters publish: the last successful cycle and the agent's counters."""
+
+    result: CycleResult | None
+    cycles: int
+    """Cycles run, failed ones included."""
+    errors: int
+    """Cycles that failed."""
+    mode: str
+    sample_interval: int
+    """Bytes between samples on average; 0 in exact mode."""
+
+
+class GroupsLike(Protocol):
+    def growth(self, old: Any, limit: int | None = None) -> list[_core.RawDiff]: ...
+
+
+class SnapshotLike(Protocol):
+    @property
+    def traced(self) -> int: ...
+    @property
+    def peak(self) -> int: ...
+    @property
+    def blocks(self) -> int: ...
+    def group(self, key_type: _core.KeyType) -> Any: ...
+
+
+class SnapshotSource(Protocol):
+    """Where snapshots come from: the C core, or a model in tests."""
+
+    def start(self, nframe: int, mode: str, sample_interval: int) -> bool:
+        """Starts tracing; False if it was already tracing (it then keeps its
+        own configuration and is not stopped with the agent)."""
+
+    def stop(self) -> None: ...
+    def configuration(self) -> tuple[str, int]:
+        """(mode, sample_interval) in force."""
+
+    def take_snapshot(self) -> SnapshotLike:
+        """An aggregated snapshot; resets the peak atomically with it."""
+
+    def reset_peak(self) -> None: ...
+    def tracer_memory(self) -> int: ...
+    def dropped(self) -> int: ...
+    def drain(self) -> None: ...
+
+
+class CoreSource:
+    """``heapwatch._core``, the C tracer."""
+
+    def __init__(self) -> None:
+        from heapwatch import _core  # noqa: PLC0415 (the C core: only when used)
+
+        self._core = _core
+
+    def start(self, nframe: int, mode: str, sample_interval: int) -> bool:
+        if self._core.is_tracing():
+            return False
+        self._core.start(nframe, mode, sample_interval)  # type: ignore[arg-type]
+        return True
+
+    def stop(self) -> None:
+        self._core.stop()
+
+    def configuration(self) -> tuple[str, int]:
+        config = self._core.get_config()
+        return config["mode"], config["sample_interval"]
+
+    def take_snapshot(self) -> SnapshotLike:
+        return self._core.take_snapshot(traces=False, reset_peak=True)
+
+    def reset_peak(self) -> None:
+        self._core.reset_peak()
+
+    def tracer_memory(self) -> int:
+        return self._core.get_tracemalloc_memory()
+
+    def dropped(self) -> int:
+        return self._core.get_stats()["dropped"]
+
+    def drain(self) -> None:
+        self._core.drain()
+
+
+class Exporter(Protocol):
+    """A way out for the agent's readings (``heapwatch_exporters``).
+
+    ``start`` may add routes to ``agent.router`` and read ``agent.readings()``
+    whenever it likes; it is called again in a forked child after
+    ``after_fork_in_child``, which must drop what belongs to the parent
+    process without any I/O.  ``shutdown`` is bounded by its timeout.
+    """
+
+    name: str
+
+    def start(self, agent: Agent) -> None: ...
+    def shutdown(self, timeout: float) -> None: ...
+    def after_fork_in_child(self) -> None: ...
+
+
+def _exporters_for(
+    config: AgentConfig, registry: Any = None, meter_provider: Any = None
+) -> list[Exporter]:
+    exporters: list[Exporter] = []
+    for name in config.exporters:
+        try:
+            if name == "prometheus":
+                from heapwatch_exporters.prometheus import (  # noqa: PLC0415 (heavy)
+                    PrometheusExporter,
+                )
+
+                exporters.append(PrometheusExporter(registry=registry))
+            elif name == "otlp":
+                from heapwatch_exporters.otel import OtelExporter  # noqa: PLC0415 (heavy)
+
+                exporters.append(OtelExporter(meter_provider=meter_provider))
+        except ImportError as exc:
+            extra = "heapwatch[otlp]" if name == "otlp" else "heapwatch"
+            log.warning(
+                "heapwatch exporter %r is unavailable (pip install %s): %s", name, extra, exc
+            )
+    return exporters
+
+
+_IDLE, _RUNNING, _STOPPING, _STOPPED = "idle", "running", "stopping", "stopped"
+
+
+class Agent:
+    """Runs the cycle in a daemon thread and feeds the exporters.
+
+    Args:
+        config: what to do; ``AgentConfig.from_env()`` by default.
+        source: where snapshots come from (the C core by default).
+        exporters: the exporters; by default those named in
+            ``config.exporters``, built with ``registry`` (Prometheus) and
+            ``meter_provider`` (OpenTelemetry).
+        clock: unix time, for the results' timestamps.
+        timer: a monotonic clock, for the cycle's duration.
+        router: the HTTP routes (``/metrics`` and whatever else is added).
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig | None = None,
+        *,
+        source: SnapshotSource | None = None,
+        exporters: Sequence[Exporter] | None = None,
+        registry: Any = None,
+        meter_provider: Any = None,
+        clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.perf_counter,
+        router: Router | None = None,
+    ) -> None:
+        self.config = config if config is not None else AgentConfig.from_env()
+        self._source: SnapshotSource = source if source is not None else CoreSource()
+        self._exporters: list[Exporter] = (
+            list(exporters)
+            if exporters is not None
+            else _exporters_for(self.config, registry, meter_provider)
+        )
+        self._clock = clock
+        self._timer = timer
+        self.router = router if router is not None else Router()
+        self._mode = self.config.mode
+        self._sample_interval = self.config.reported_sample_interval
+        self._init_state()
+        self._owns_tracing = False
+        self._fork_hook_registered = False
+        self._atexit_hook: Callable[[], None] | None = None
+
+    def _init_state(self) -> None:
+        # Everything a forked child must not inherit (locks may have been held
+        # by a thread that does not exist in the child).
+        self._lock = threading.Lock()
+        self._cycle_lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._stop_event = threading.Event()
+        self._state = _IDLE
+        self._thread: threading.Thread | None = None
+        self._server: Server | None = None
+        self._previous: Any = None
+        self._previous_traced = 0
+        self._result: CycleResult | None = None
+        self._cycles = 0
+        self._errors = 0
+        self._failing = False
+
+    # ---- public ------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    @property
+    def exporters(self) -> tuple[Exporter, ...]:
+        return tuple(self._exporters)
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) of this process's HTTP endpoint, or None."""
+        server = self._server
+        return server.address if server is not None else None
+
+    @property
+    def metrics_url(self) -> str | None:
+        """This process's ``/metrics`` URL, or None when it is not served."""
+        server = self._server
+        if server is None or "/metrics" not in self.router.paths():
+            return None
+        url = server.url
+        return url + "/metrics" if url is not None else None
+
+    def readings(self) -> Readings:
+        """The last successful cycle and the counters; never takes a snapshot."""
+        with self._lock:
+            return Readings(
+                self._result, self._cycles, self._errors, self._mode, self._sample_interval
+            )
+
+    def start(self) -> bool:
+        """Starts tracing, the exporters, the HTTP endpoint and the thread.
+
+        Returns False, with a warning logged, when tracing cannot start (the
+        stdlib tracemalloc is tracing, for instance).  An Agent runs once:
+        starting it again after ``stop`` raises ``HeapwatchError``.
+        """
+        with self._lock:
+            if self._state == _RUNNING:
+                return True
+            if self._state != _IDLE:
+                raise HeapwatchError("a stopped heapwatch Agent cannot restart; create a new one")
+            config = self.config
+            try:
+                self._owns_tracing = self._source.start(
+                    config.nframe, config.mode, config.sample_interval
+                )
+                mode, sample_interval = self._source.configuration()
+            except Exception as exc:
+                log.warning("heapwatch agent not started: %s", exc)
+                return False
+            if not self._owns_tracing and (mode, sample_interval) != (
+                config.mode,
+                config.sample_interval,
+            ):
+                log.info(
+                    "heapwatch was already tracing (mode=%s, sample_interval=%d): "
+                    "the agent keeps that configuration",
+                    mode,
+                    sample_interval,
+                )
+            self._mode = mode
+            self._sample_interval = sample_interval if mode == "sample" else 0
+            self._state = _RUNNING
+        self._register_process_hooks()
+        try:
+            self._start_components()
+        except Exception as exc:  # no thread can start, for one
+            log.warning("heapwatch agent not started: %s", exc)
+            self._stop(0.0, at_exit=False)
+            return False
+        return True
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stops the thread (after one last cycle), the exporters and the
+        endpoint, within ``timeout`` seconds.  Idempotent; True if everything
+        stopped in time."""
+        return self._stop(timeout, at_exit=False)
+
+    def run_cycle(self) -> CycleResult:
+        """Runs one cycle now and publishes its result; raises what failed."""
+        with self._cycle_lock:
+            result = self._cycle()
+        with self._lock:
+            self._cycles += 1
+            self._result = result
+        return result
+
+    # ---- the cycle -----------------------------------------------------------
+
+    def _cycle(self) -> CycleResult:
+        started = self._timer()
+        snapshot = self._source.take_snapshot()
+        timestamp = self._clock()
+        traced = snapshot.traced
+        groups = snapshot.group("lineno")
+        # The first cycle is the baseline: no growth.
+        previous = self._previous if self._previous is not None else groups
+        previous_traced = self._previous_traced if self._previous is not None else traced
+        top = groups.growth(previous, self.config.top) if self.config.top > 0 else []
+        sites: list[Site] = []
+        top_size = top_blocks = top_growth = 0
+        for frames, size, size_diff, count, _count_diff in top:
+            filename, lineno = frames[0] if frames else ("<unknown>", 0)
+            sites.append(Site(filename, lineno, size, count, size_diff))
+            top_size += size
+            top_blocks += count
+            top_growth += size_diff
+        # <other> is what the top sites leave of the totals, so sums over
+        # sites equal the totals exactly (sites that vanished included).
+        sites.append(
+            Site(
+                OTHER_FILE,
+                OTHER_LINE,
+                traced - top_size,
+                max(0, snapshot.blocks - top_blocks),
+                (traced - previous_traced) - top_growth,
+            )
+        )
+        dropped = self._source.dropped()
+        tracer_memory = self._source.tracer_memory()
+        # Releases code objects no trace refers to any more.
+        self._source.drain()
+        self._previous = groups
+        self._previous_traced = traced
+        return CycleResult(
+            timestamp=timestamp,
+            duration=max(0.0, self._timer() - started),
+            traced=traced,
+            peak=snapshot.peak,
+            blocks=snapshot.blocks,
+            tracer_memory=tracer_memory,
+            dropped=dropped,
+            sites=tuple(sites),
+        )
+
+    def _cycle_safely(self) -> None:
+        try:
+            self.run_cycle()
+        except Exception:
+            with self._lock:
+                self._cycles += 1
+                self._errors += 1
+            if not self._failing:
+                self._failing = True
+                log.exception(
+                    "heapwatch cycle failed; retrying every %gs (further failures logged at "
+                    "DEBUG until one succeeds)",
+                    self.config.interval,
+                )
+            else:
+                log.debug("heapwatch cycle failed again", exc_info=True)
+            return
+        if self._failing:
+            self._failing = False
+            log.info("heapwatch cycle succeeded again")
+
+    def _run(self, stop_event: threading.Event) -> None:
+        # The first cycle runs at once: it sets the baseline and gives the
+        # exporters something to read.
+        self._cycle_safely()
+        while not stop_event.wait(self.config.interval):
+            self._cycle_safely()
+        self._cycle_safely()  # one last cycle for the exporters' final export
+
+    # ---- components ----------------------------------------------------------
+
+    def _start_components(self) -> None:
+        for exporter in list(self._exporters):
+            if not self._start_exporter(exporter):
+                self._exporters.remove(exporter)
+        self._ensure_server()
+        stop_event = threading.Event()
+        self._stop_event = stop_event
+        thread = threading.Thread(
+            target=self._run, args=(stop_event,), name="heapwatch-agent", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+
+    def _start_exporter(self, exporter: Exporter) -> bool:
+        try:
+            exporter.start(self)
+        except Exception:
+            log.exception("heapwatch exporter %r failed to start; left out", exporter.name)
+            return False
+        return True
+
+    def _ensure_server(self) -> None:
+        if self._server is not None or not self.router:
+            return
+        server = Server(self.router, self.config.host, self.config.port, self.config.port_range)
+        if server.start():
+            self._server = server
+            log.info("heapwatch agent (pid %d) serving %s", os.getpid(), server.url)
+
+    def serve(self) -> str | None:
+        """Starts the HTTP endpoint now if the agent runs, the router has
+        routes and nothing serves them yet (routes added after ``start``);
+        returns the endpoint's base URL, or None."""
+        if self.running:
+            self._ensure_server()
+        server = self._server
+        return server.url if server is not None else None
+
+    def add_exporter(self, exporter: Exporter) -> bool:
+        """Adds an exporter, started at once if the agent runs; False (logged)
+        if it failed to start."""
+        if self.running:
+            if not self._start_exporter(exporter):
+                return False
+            self._ensure_server()
+        self._exporters.append(exporter)
+        return True
+
+    def remove_exporter(self, exporter: Exporter, timeout: float = 5.0) -> None:
+        """Removes an exporter and shuts it down if the agent runs."""
+        if exporter not in self._exporters:
+            return
+        self._exporters.remove(exporter)
+        if self.running:
+            try:
+                exporter.shutdown(timeout)
+            except Exception:
+                log.exception("heapwatch exporter %r failed to shut down", exporter.name)
+
+    def _stop(self, timeout: float, at_exit: bool) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            state = self._state
+            if state == _IDLE:
+                self._state = _STOPPED
+                self._stopped.set()
+            elif state == _RUNNING:
+                self._state = _STOPPING
+        if state in (_IDLE, _STOPPED):
+            return True
+        if state == _STOPPING:  # another thread is stopping it
+            return self._stopped.wait(max(0.0, deadline - time.monotonic()))
+        in_time = True
+        self._stop_event.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                in_time = False
+                log.warning("heapwatch agent thread did not stop within %gs", timeout)
+        for exporter in self._exporters:
+            try:
+                exporter.shutdown(max(0.0, deadline - time.monotonic()))
+            except Exception:
+                log.exception("heapwatch exporter %r failed to shut down", exporter.name)
+        server = self._server
+        self._server = None
+        if server is not None:
+            in_time = server.stop(max(0.0, deadline - time.monotonic())) and in_time
+        # At exit the core's own atexit hook stops recording; freeing the
+        # tables there would only cost time.
+        if self._owns_tracing and not at_exit:
+            try:
+                self._source.stop()
+            except Exception:
+                log.exception("heapwatch could not stop tracing")
+        if self._atexit_hook is not None and not at_exit:
+            atexit.unregister(self._atexit_hook)
+            self._atexit_hook = None
+        with self._lock:
+            self._state = _STOPPED
+        self._stopped.set()
+        return in_time
+
+    # ---- exit and fork -----------------------------------------------------------
+
+    def _register_process_hooks(self) -> None:
+        ref = weakref.ref(self)
+
+        def stop_at_exit() -> None:
+            agent = ref()
+            if agent is not None:
+                agent._stop(AT_EXIT_TIMEOUT, at_exit=True)
+
+        self._atexit_hook = stop_at_exit
+        # Registered after heapwatch._core's own hook, so it runs before it
+        # (atexit is last in, first out): the last cycle still sees recording on.
+        atexit.register(stop_at_exit)
+        if not self._fork_hook_registered and hasattr(os, "register_at_fork"):
+            self._fork_hook_registered = True
+
+            def after_fork_in_child() -> None:
+                agent = ref()
+                if agent is not None:
+                    agent._after_fork_in_child()
+
+            os.register_at_fork(after_in_child=after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        state = self._state
+        server = self._server
+        self._init_state()
+        if server is not None:
+            server.close_in_child()
+        if state != _RUNNING:
+            if state != _IDLE:  # stopped or stopping in the parent: stopped here
+                self._state = _STOPPED
+                self._stopped.set()
+            return
+        try:
+            for exporter in self._exporters:
+                exporter.after_fork_in_child()
+            self._source.reset_peak()
+            self._state = _RUNNING
+            self._start_components()
+        except Exception:
+            log.exception("heapwatch agent could not restart after fork in pid %d", os.getpid())
+
+
+# ---- the process's agent ---------------------------------------------------------
+
+_agent: Agent | None = None
+_agent_lock = threading.Lock()
+
+
+def _reset_lock_in_child() -> None:
+    global _agent_lock
+    _agent_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_lock_in_child)
+
+
+def get_agent() -> Agent | None:
+    """The agent ``start_agent`` started, if it is running."""
+    agent = _agent
+    return agent if agent is not None and agent.running else None
+
+
+def start_agent(
+    config: AgentConfig | None = None,
+    *,
+    registry: Any = None,
+    meter_provider: Any = None,
+    **options: Any,
+) -> Agent | None:
+    """Starts the process's agent, or returns the one already running.
+
+    Settings come from ``config`` (``AgentConfig.from_env()`` by default), then
+    from ``options``, which take the same names as the ``HEAPWATCH_*``
+    variables (``interval=5``, ``sample_interval="512KiB"``, ...) and raise
+    ``ConfigError`` when invalid.  ``registry`` is the Prometheus registry to
+    publish to (heapwatch's own by default); ``meter_provider`` the
+    OpenTelemetry one (the application's, else one built from ``OTEL_*``).
+
+    Returns None when heapwatch is disabled (``HEAPWATCH_ENABLED=false``) or
+    tracing cannot start; the reason is logged.
+    """
+    global _agent
+    if config is None:
+        config = AgentConfig.from_env(**options)
+    elif options:
+        config = config.replace(**options)
+    with _agent_lock:
+        if _agent is not None and _agent.running:
+            if config != _agent.config:
+                log.info("heapwatch agent already running: its configuration stays")
+            return _agent
+        if not config.enabled:
+            log.info("heapwatch agent disabled (HEAPWATCH_ENABLED is false)")
+            return None
+        agent = Agent(config, registry=registry, meter_provider=meter_provider)
+        if not agent.start():
+            return None
+        _agent = agent
+        return agent
+
+
+def stop_agent(timeout: float = 5.0) -> bool:
+    """Stops the process's agent within ``timeout`` seconds; idempotent."""
+    global _agent
+    with _agent_lock:
+        agent, _agent = _agent, None
+    if agent is None:
+        return True
+    return agent.stop(timeout)

@@ -1,0 +1,34 @@
+"""Starts the agent when ``HEAPWATCH_ENABLED`` is true; imported by the ``.pth`` hook.
+
+``heapwatch-autostart.pth`` imports this module only when ``HEAPWATCH_ENABLED``
+is in the environment.  It never raises (a failure is a warning: the service
+starts anyway), and it imports nothing heavy unless the value is true: the
+false words are recognised here without importing ``heapwatch._config``.
+"""
+
+import os
+
+# heapwatch._config's false words; a test keeps the two in step.
+_FALSE_WORDS = ("", "0", "false", "no", "off", "n", "f")
+
+
+def _autostart() -> None:
+    if os.environ.get("HEAPWATCH_ENABLED", "").strip().lower() in _FALSE_WORDS:
+        return
+    try:
+        from heapwatch._config import AgentConfig  # noqa: PLC0415 (only when on)
+
+        config = AgentConfig.from_env()  # a bad HEAPWATCH_ENABLED warns and reads false
+        if config.enabled:
+            from heapwatch._agent import start_agent  # noqa: PLC0415 (only when on)
+
+            start_agent(config)
+    except Exception as exc:
+        import logging  # noqa: PLC0415 (only on failure)
+
+        logging.getLogger("heapwatch.agent").warning(
+            "heapwatch auto-start failed; the service runs without it: %r", exc, exc_info=True
+        )
+
+
+_autostart()

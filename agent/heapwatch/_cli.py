@@ -1,0 +1,136 @@
+"""The ``heapwatch`` command (also ``python -m heapwatch``).
+
+Subcommands register themselves in ``COMMANDS``: each entry adds its parser
+to the subparsers and sets ``func`` (called with the parsed namespace,
+returning the exit status).  ``run`` is the first; ``top``, ``diff`` and
+``convert`` can follow the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from typing import TYPE_CHECKING, Callable
+
+from heapwatch import __version__
+from heapwatch._config import AgentConfig, ConfigError, to_environ
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+
+def _setting(name: str) -> Callable[[str], str]:
+    """An argparse type that checks a value as the agent would, and keeps its text."""
+
+    def check(text: str) -> str:
+        try:
+            AgentConfig().replace(**{name: text})
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    check.__name__ = name  # argparse names the type in its errors
+    return check
+
+
+_RUN_OPTIONS = (
+    ("mode", "sample (estimates, the default) or exact"),
+    ("sample_interval", "mean bytes between samples, such as 512KiB (sample mode)"),
+    ("nframe", "frames kept per traceback (default 1)"),
+    ("interval", "seconds between cycles, such as 10 or 500ms (default 10s)"),
+    ("top", "allocation sites with their own series (default 20)"),
+    ("exporters", "prometheus, otlp, both (comma-separated) or none (default prometheus)"),
+    ("host", "where /metrics listens (default 127.0.0.1)"),
+    ("port", "first port tried (default 9438; 0 for any free port)"),
+    ("port_range", "ports tried from --port on, one per process (default 32)"),
+)
+
+
+def _add_run(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a Python command with the heapwatch agent on",
+        description=(
+            "Runs COMMAND with HEAPWATCH_ENABLED=1 and the given settings in its "
+            "environment, like opentelemetry-instrument: the Python interpreters it "
+            "starts (with heapwatch installed) start the agent.  Each process serves "
+            "/metrics on the first free port from --port on."
+        ),
+        usage="%(prog)s [options] -- COMMAND [ARGS...]",
+    )
+    for name, text in _RUN_OPTIONS:
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            metavar=name.upper(),
+            type=_setting(name),
+            help=f"{text}; sets HEAPWATCH_{name.upper()}",
+        )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
+    parser.set_defaults(func=_run)
+
+
+def run_environment(options: argparse.Namespace, base: dict[str, str]) -> dict[str, str]:
+    """``base`` with HEAPWATCH_ENABLED=1 and the options given."""
+    env = dict(base)
+    env["HEAPWATCH_ENABLED"] = "1"
+    given = {name: getattr(options, name) for name, _ in _RUN_OPTIONS}
+    given = {name: value for name, value in given.items() if value is not None}
+    if given:
+        config = AgentConfig().replace(**given)
+        variables = to_environ(config)
+        for name in given:
+            variable = "HEAPWATCH_" + name.upper()
+            env[variable] = variables[variable]
+    return env
+
+
+def _run(options: argparse.Namespace) -> int:
+    command: list[str] = list(options.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        options.parser.error("run: a COMMAND to run is required (heapwatch run -- COMMAND...)")
+    env = run_environment(options, dict(os.environ))
+    executable = shutil.which(command[0], path=env.get("PATH")) or command[0]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(executable, command, env)
+    except FileNotFoundError:
+        print(f"heapwatch run: {command[0]}: command not found", file=sys.stderr)
+        return 127
+    except OSError as exc:
+        print(f"heapwatch run: {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 126
+    return 0  # pragma: no cover - execve does not return
+
+
+COMMANDS: list[Callable[[SubParsers], None]] = [_add_run]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="heapwatch", description="heapwatch: an always-on memory monitor for Python."
+    )
+    parser.add_argument("--version", action="version", version=f"heapwatch {__version__}")
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
+    subparsers.required = True
+    for add in COMMANDS:
+        add(subparsers)
+    for choice in subparsers.choices.values():
+        choice.set_defaults(parser=choice)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    options = parser.parse_args(argv)
+    status: int = options.func(options)
+    return status

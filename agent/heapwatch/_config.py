@@ -1,0 +1,309 @@
+"""The agent's configuration: from code or from ``HEAPWATCH_*`` variables, same names.
+
+A value given in code is checked strictly (``ConfigError`` names the parameter
+and what it accepts).  A value read from the environment never stops the
+service: a bad one is logged as a warning on the ``heapwatch.config`` logger,
+naming the variable, the value and what is accepted, and the default applies,
+as the OpenTelemetry SDK does with its ``OTEL_*`` variables.  Warnings go
+through ``logging`` rather than ``warnings``: ``python -W error`` must not turn
+a typo in the environment into a failure to start.
+
+This module is imported on the auto-start path: it imports only ``os`` at
+module level.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, NamedTuple
+
+from heapwatch._errors import HeapwatchError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Callable, TypeVar
+
+    T = TypeVar("T")
+
+__all__ = [
+    "DEFAULTS",
+    "EXPORTER_NAMES",
+    "AgentConfig",
+    "ConfigError",
+    "parse_bool",
+    "parse_duration",
+    "parse_size",
+]
+
+ENV_PREFIX = "HEAPWATCH_"
+EXPORTER_NAMES = ("prometheus", "otlp")
+MAX_SAMPLE_INTERVAL = 1 << 40  # the core's upper bound
+MAX_NFRAME = 65535  # heapwatch._core.MAX_NFRAME; a test pins the two together
+MIN_INTERVAL = 0.05
+MAX_INTERVAL = 86400.0
+MAX_TOP = 1000
+MAX_PORT_RANGE = 1024
+
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y", "t"})
+_FALSE_WORDS = frozenset({"0", "false", "no", "off", "n", "f"})
+_BOOL_ACCEPTED = "true/false, 1/0, yes/no or on/off"
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+class ConfigError(HeapwatchError, ValueError):
+    """A configuration value given in code is invalid."""
+
+
+def parse_bool(text: str) -> bool:
+    """``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case)."""
+    word = text.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise ValueError(_BOOL_ACCEPTED)
+
+
+def _split_number(text: str) -> tuple[float, str]:
+    stripped = text.strip()
+    end = len(stripped)
+    while end > 0 and stripped[end - 1].isalpha():
+        end -= 1
+    number, unit = stripped[:end].strip(), stripped[end:].lower()
+    return float(number), unit
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``524288``, ``512KiB``, ``1MiB``, ``1.5MB`` (K/M/G alone are binary)."""
+    accepted = (
+        f"a size in bytes from 1 to {MAX_SAMPLE_INTERVAL} (1 TiB), "
+        "such as 524288, 512KiB, 1MiB or 1.5MB"
+    )
+    try:
+        number, unit = _split_number(text)
+    except ValueError:
+        raise ValueError(accepted) from None
+    if unit not in _SIZE_UNITS or math.isnan(number):
+        raise ValueError(accepted)
+    size = round(number * _SIZE_UNITS[unit])
+    if not 1 <= size <= MAX_SAMPLE_INTERVAL:
+        raise ValueError(accepted)
+    return size
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``10``, ``10s``, ``500ms``, ``1.5m``, ``1h``."""
+    accepted = (
+        f"a duration from {MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s, such as 10, 10s, 500ms, 1m or 1h"
+    )
+    try:
+        number, unit = _split_number(text)
+    except ValueError:
+        raise ValueError(accepted) from None
+    if unit not in _DURATION_UNITS:
+        raise ValueError(accepted)
+    seconds = number * _DURATION_UNITS[unit]
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:  # also refuses NaN
+        raise ValueError(accepted)
+    return seconds
+
+
+def _parse_int(low: int, high: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        accepted = f"{what}: an integer from {low} to {high}"
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(accepted) from None
+        if not low <= value <= high:
+            raise ValueError(accepted)
+        return value
+
+    return parse
+
+
+def _parse_mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in ("sample", "exact"):
+        raise ValueError("'sample' (estimates, for production) or 'exact' (every block)")
+    return mode
+
+
+def _parse_exporters(text: str) -> tuple[str, ...]:
+    accepted = "a comma-separated list of prometheus and otlp, or none"
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    if names == ["none"]:
+        return ()
+    if not names or any(name not in EXPORTER_NAMES for name in names):
+        raise ValueError(accepted)
+    return tuple(dict.fromkeys(names))
+
+
+def _parse_host(text: str) -> str:
+    host = text.strip()
+    if not host or any(c.isspace() for c in host):
+        raise ValueError("an address to listen on, such as 127.0.0.1, 0.0.0.0 or ::1")
+    return host
+
+
+class _Field(NamedTuple):
+    name: str
+    parse: Callable[[str], Any]
+    fallback: Any  # what a bad environment value falls back to
+
+
+# One row per setting: the parameter ``name`` is read from HEAPWATCH_<NAME>.
+_FIELDS = (
+    # A bad HEAPWATCH_ENABLED switches heapwatch off: only a clear yes turns it on.
+    _Field("enabled", parse_bool, False),
+    _Field("mode", _parse_mode, "sample"),
+    _Field("sample_interval", parse_size, 512 * 1024),
+    _Field("nframe", _parse_int(1, MAX_NFRAME, "frames kept per traceback"), 1),
+    _Field("interval", parse_duration, 10.0),
+    _Field("top", _parse_int(0, MAX_TOP, "sites with their own series"), 20),
+    _Field("exporters", _parse_exporters, ("prometheus",)),
+    _Field("host", _parse_host, "127.0.0.1"),
+    _Field("port", _parse_int(0, 65535, "the first port tried, 0 for any free port"), 9438),
+    _Field("port_range", _parse_int(1, MAX_PORT_RANGE, "how many ports to try"), 32),
+)
+_FIELDS_BY_NAME = {field.name: field for field in _FIELDS}
+
+
+class AgentConfig(NamedTuple):
+    """What the agent does; ``AgentConfig.from_env()`` reads ``HEAPWATCH_*``.
+
+    Attributes:
+        enabled: HEAPWATCH_ENABLED; auto-start needs it true.
+        mode: HEAPWATCH_MODE: ``"sample"`` (estimates, default) or ``"exact"``.
+        sample_interval: HEAPWATCH_SAMPLE_INTERVAL, bytes between samples on
+            average (sample mode; accepts ``512KiB``).
+        nframe: HEAPWATCH_NFRAME, frames kept per traceback.
+        interval: HEAPWATCH_INTERVAL, seconds between cycles.
+        top: HEAPWATCH_TOP, allocation sites with their own series; the
+            others are summed into the ``<other>`` site.
+        exporters: HEAPWATCH_EXPORTERS: ``prometheus``, ``otlp``, both or none.
+        host: HEAPWATCH_HOST, where ``/metrics`` listens.
+        port: HEAPWATCH_PORT, the first port tried (0: any free port).
+        port_range: HEAPWATCH_PORT_RANGE, ports tried from ``port`` on, so
+            that each process of a service (workers, children) gets its own.
+    """
+
+    enabled: bool = True
+    mode: str = "sample"
+    sample_interval: int = 512 * 1024
+    nframe: int = 1
+    interval: float = 10.0
+    top: int = 20
+    exporters: tuple[str, ...] = ("prometheus",)
+    host: str = "127.0.0.1"
+    port: int = 9438
+    port_range: int = 32
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> AgentConfig:
+        """Settings from ``HEAPWATCH_*`` (bad values warn and fall back to the
+        default), then ``overrides`` given in code (bad values raise
+        ``ConfigError``)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in _FIELDS:
+            variable = ENV_PREFIX + field.name.upper()
+            text = env.get(variable)
+            if text is None or not text.strip():
+                continue
+            values[field.name] = env_value(variable, text, field.parse, field.fallback)
+        config = cls(**values)
+        return config.replace(**overrides) if overrides else config
+
+    def replace(self, **changes: object) -> AgentConfig:
+        """A copy with ``changes`` checked as values given in code."""
+        checked = {name: _check(name, value) for name, value in changes.items()}
+        return self._replace(**checked)  # type: ignore[arg-type]
+
+    @property
+    def reported_sample_interval(self) -> int:
+        """The sample interval to publish: 0 in exact mode."""
+        return self.sample_interval if self.mode == "sample" else 0
+
+
+def _check(name: str, value: object) -> object:
+    field = _FIELDS_BY_NAME.get(name)
+    if field is None:
+        raise ConfigError(
+            f"unknown heapwatch setting {name!r}; the settings are "
+            + ", ".join(f.name for f in _FIELDS)
+        )
+    if isinstance(value, str):
+        text = value
+    elif name == "enabled" and isinstance(value, bool):
+        return value
+    elif isinstance(value, bool):
+        raise ConfigError(f"{name} must not be a bool, got {value!r}")
+    elif name == "exporters" and isinstance(value, (list, tuple)):
+        if not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"exporters must be names, got {value!r}")
+        text = ",".join(value) or "none"
+    elif name == "interval" and isinstance(value, (int, float)):
+        text = repr(float(value))
+    elif isinstance(value, int):
+        text = str(value)
+    else:
+        raise ConfigError(f"{name}={value!r} has the wrong type")
+    try:
+        return field.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={value!r} is invalid: expected {exc}") from None
+
+
+def env_value(variable: str, text: str, parse: Callable[[str], T], default: T) -> T:
+    """``parse(text)``, or ``default`` after a warning naming the variable,
+    the value and what is accepted."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        import logging  # noqa: PLC0415 (on the auto-start path: only when needed)
+
+        logging.getLogger("heapwatch.config").warning(
+            "%s=%r is invalid: expected %s; using %s",
+            variable,
+            text,
+            exc,
+            _show(default),
+        )
+        return default
+
+
+def _show(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def to_environ(config: AgentConfig) -> dict[str, str]:
+    """The ``HEAPWATCH_*`` variables that reproduce ``config`` in a child process."""
+    env: dict[str, str] = {}
+    for field in _FIELDS:
+        value = getattr(config, field.name)
+        text = repr(float(value)) if field.name == "interval" else _show(value)
+        env[ENV_PREFIX + field.name.upper()] = text
+    return env
+
+
+DEFAULTS = AgentConfig()

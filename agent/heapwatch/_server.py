@@ -1,0 +1,301 @@
+"""The agent's HTTP endpoint: a small WSGI router served from a daemon thread.
+
+``/metrics`` is one route; other components add theirs (``Router.add``), some
+behind a bearer token.  The server is wsgiref's, threaded per request, bound to
+127.0.0.1 unless told otherwise, and it never resolves names while binding.
+
+Port rule: the server tries ``port``, ``port + 1``, ... up to ``port_range``
+ports and keeps the first it can bind, so that every process of a service
+(gunicorn workers, forked or spawned children, which inherit the same
+``HEAPWATCH_PORT``) gets its own endpoint.  Port 0 asks the kernel for any
+free port.  The port kept is logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hmac
+import logging
+import os
+import selectors
+import socket
+import threading
+from collections.abc import Iterable
+from socketserver import TCPServer, ThreadingMixIn
+from typing import TYPE_CHECKING, Any, NamedTuple
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+__all__ = ["Router", "Server"]
+
+log = logging.getLogger("heapwatch.server")
+
+
+class _Route(NamedTuple):
+    app: WSGIApplication
+    protected: bool
+
+
+class Router:
+    """A WSGI application that dispatches on the exact path.
+
+    Routes marked ``protected`` need ``Authorization: Bearer <token>`` when the
+    router has a token; without a token they are refused (403), so that a
+    debug endpoint is never open by accident.
+    """
+
+    def __init__(self, token: str | None = None) -> None:
+        self.token = token
+        self._routes: dict[str, _Route] = {}
+        self._lock = threading.Lock()
+
+    def add(self, path: str, app: WSGIApplication, *, protected: bool = False) -> None:
+        """Serves ``app`` at ``path`` (it replaces a route already there)."""
+        if not path.startswith("/"):
+            raise ValueError(f"a route's path starts with '/', got {path!r}")
+        with self._lock:
+            self._routes[path] = _Route(app, protected)
+
+    def remove(self, path: str) -> None:
+        with self._lock:
+            self._routes.pop(path, None)
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return sorted(self._routes)
+
+    def __bool__(self) -> bool:
+        return bool(self._routes)
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        with self._lock:
+            route = self._routes.get(path)
+            paths = sorted(p for p, r in self._routes.items() if not r.protected)
+        if route is None:
+            if path == "/":
+                body = "heapwatch agent\n" + "".join(f"{p}\n" for p in paths)
+                return _respond(start_response, "200 OK", body)
+            return _respond(start_response, "404 Not Found", f"no route {path}\n")
+        if route.protected:
+            refusal = self._refusal(environ)
+            if refusal is not None:
+                status, headers = refusal
+                return _respond(start_response, status, status + "\n", headers)
+        environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + path
+        environ["PATH_INFO"] = ""
+        return route.app(environ, start_response)
+
+    def _refusal(self, environ: WSGIEnvironment) -> tuple[str, list[tuple[str, str]]] | None:
+        if not self.token:
+            return "403 Forbidden", []
+        given = environ.get("HTTP_AUTHORIZATION", "")
+        scheme, _, credentials = given.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), self.token.encode()
+        ):
+            return None
+        return "401 Unauthorized", [("WWW-Authenticate", 'Bearer realm="heapwatch"')]
+
+
+def _respond(
+    start_response: StartResponse,
+    status: str,
+    body: str,
+    headers: list[tuple[str, str]] | None = None,
+) -> list[bytes]:
+    data = body.encode()
+    start_response(
+        status,
+        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))]
+        + (headers or []),
+    )
+    return [data]
+
+
+class _LogStream:
+    """wsgi.errors: what wsgiref would print to stderr goes to the log."""
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            log.debug("%s", text.rstrip())
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = 30  # seconds a client may take to send its request: no thread held forever
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def get_stderr(self) -> Any:
+        return _LogStream()
+
+
+class _HTTPServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup
+        # that can take seconds; the agent binds while the service starts.
+        TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+        self.setup_environ()
+
+
+def _family(host: str) -> socket.AddressFamily:
+    try:
+        infos = socket.getaddrinfo(
+            host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_NUMERICHOST
+        )
+    except socket.gaierror:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return infos[0][0]
+
+
+def _server_class(family: socket.AddressFamily) -> type[_HTTPServer]:
+    if family == socket.AF_INET6:
+
+        class _HTTPServer6(_HTTPServer):
+            address_family = socket.AF_INET6
+
+        return _HTTPServer6
+    return _HTTPServer
+
+
+class Server:
+    """Serves a WSGI application on the first free port of a bounded range.
+
+    ``start`` binds synchronously (so the port is known when it returns) and
+    serves from a daemon thread named ``heapwatch-http``; ``stop`` is
+    idempotent and bounded by its timeout; ``close_in_child`` drops what a
+    forked child inherited without touching the parent's socket.
+    """
+
+    def __init__(
+        self, app: WSGIApplication, host: str = "127.0.0.1", port: int = 0, port_range: int = 1
+    ) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.port_range = max(1, port_range) if port else 1
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._wake: tuple[int, int] | None = None
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) being served, or None."""
+        if self._httpd is None:
+            return None
+        return self.host, self._httpd.server_port
+
+    @property
+    def url(self) -> str | None:
+        address = self.address
+        if address is None:
+            return None
+        host = f"[{address[0]}]" if ":" in address[0] else address[0]
+        return f"http://{host}:{address[1]}"
+
+    def start(self) -> bool:
+        """Binds and starts serving; False (with a warning logged) when no
+        port of the range could be bound."""
+        if self._httpd is not None:
+            return True
+        httpd = self._bind()
+        if httpd is None:
+            return False
+        httpd.set_app(self.app)
+        self._httpd = httpd
+        self._wake = os.pipe()
+        self._thread = threading.Thread(
+            target=self._serve, args=(httpd, self._wake[0]), name="heapwatch-http", daemon=True
+        )
+        self._thread.start()
+        return True
+
+    def _bind(self) -> _HTTPServer | None:
+        try:
+            cls = _server_class(_family(self.host))
+        except OSError as exc:
+            log.warning("heapwatch cannot serve on host %r: %s", self.host, exc)
+            return None
+        last = self.port + self.port_range - 1
+        for port in range(self.port, min(last, 65535) + 1):
+            try:
+                return cls((self.host, port), _Handler)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE and port < last:
+                    continue
+                if exc.errno == errno.EADDRINUSE:
+                    log.warning(
+                        "heapwatch cannot serve metrics: ports %d to %d on %s are all in use "
+                        "(raise HEAPWATCH_PORT_RANGE or set HEAPWATCH_PORT=0)",
+                        self.port,
+                        last,
+                        self.host,
+                    )
+                else:
+                    log.warning(
+                        "heapwatch cannot serve metrics on %s port %d: %s", self.host, port, exc
+                    )
+                return None
+        return None
+
+    @staticmethod
+    def _serve(httpd: _HTTPServer, wake: int) -> None:
+        # A selector on the listening socket and a wake-up pipe: stop() returns
+        # as soon as it writes to the pipe, with no polling interval to wait out.
+        httpd.timeout = 1.0
+        with selectors.DefaultSelector() as selector:
+            selector.register(httpd, selectors.EVENT_READ)
+            selector.register(wake, selectors.EVENT_READ)
+            while True:
+                events = selector.select()
+                if any(key.fileobj == wake for key, _ in events):
+                    return
+                try:
+                    httpd.handle_request()
+                except Exception:  # pragma: no cover - socketserver handles its own
+                    log.debug("heapwatch HTTP server error", exc_info=True)
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stops serving and closes the socket; True if the thread ended in time."""
+        httpd, thread, wake = self._httpd, self._thread, self._wake
+        self._httpd = self._thread = self._wake = None
+        if httpd is None:
+            return True
+        ended = True
+        if wake is not None:
+            with contextlib.suppress(OSError):
+                os.write(wake[1], b"x")
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.0, timeout))
+            ended = not thread.is_alive()
+        httpd.server_close()
+        if wake is not None:
+            for fd in wake:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        return ended
+
+    def close_in_child(self) -> None:
+        """In a forked child: closes the inherited descriptors; the parent's
+        socket keeps listening (close, never shutdown, on a shared socket)."""
+        httpd, wake = self._httpd, self._wake
+        self._httpd = self._thread = self._wake = None
+        if httpd is not None:
+            httpd.socket.close()
+        for fd in wake or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)

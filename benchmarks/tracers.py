@@ -1,0 +1,85 @@
+"""The tracer configurations a child process can run under.
+
+Every child imports both tracers whatever its configuration, so that the same
+code is loaded in every run; only ``start`` differs.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from dataclasses import dataclass
+
+from heapwatch import _core
+
+SAMPLE_INTERVAL = 512 * 1024
+
+
+@dataclass(frozen=True)
+class Tracer:
+    """How to start one configuration.  Labels, targets and the pairing with
+    the stdlib live in run.py, which never imports a tracer."""
+
+    name: str
+    family: str  # "untraced", "stdlib" or "heapwatch"
+    nframe: int
+    mode: str  # "exact" or "sample"; "" when untraced
+
+    def start(self) -> None:
+        if self.family == "stdlib":
+            tracemalloc.start(self.nframe)
+        elif self.family == "heapwatch":
+            if self.mode == "sample":
+                _core.start(self.nframe, "sample", SAMPLE_INTERVAL)
+            else:
+                _core.start(self.nframe, "exact")
+
+    def stop(self) -> None:
+        if self.family == "stdlib":
+            tracemalloc.stop()
+        elif self.family == "heapwatch":
+            _core.stop()
+
+    def traced_memory(self) -> tuple[int, int]:
+        """(current, peak) traced bytes; (0, 0) when untraced."""
+        if self.family == "stdlib":
+            return tracemalloc.get_traced_memory()
+        if self.family == "heapwatch":
+            return _core.get_traced_memory()
+        return (0, 0)
+
+    def tracer_memory(self) -> int:
+        """The tracer's own memory, as its get_tracemalloc_memory() reports it."""
+        if self.family == "stdlib":
+            return tracemalloc.get_tracemalloc_memory()
+        if self.family == "heapwatch":
+            return _core.get_tracemalloc_memory()
+        return 0
+
+    def live_traces(self) -> int:
+        """Live traced blocks.  For the stdlib this copies every trace: call it
+        after the measurements it would disturb."""
+        if self.family == "stdlib":
+            return len(tracemalloc._get_traces())  # type: ignore[attr-defined]
+        if self.family == "heapwatch":
+            return _core.get_stats()["live_traces"]
+        return 0
+
+    def recorded(self) -> int | None:
+        """Traces recorded since start (heapwatch only; in exact mode, the
+        number of allocations the tracer saw)."""
+        if self.family == "heapwatch":
+            return _core.get_stats()["recorded"]
+        return None
+
+
+TRACERS: dict[str, Tracer] = {
+    t.name: t
+    for t in (
+        Tracer("untraced", "untraced", 0, ""),
+        Tracer("stdlib-1", "stdlib", 1, "exact"),  # tracemalloc.start(1)
+        Tracer("stdlib-25", "stdlib", 25, "exact"),  # tracemalloc.start(25)
+        Tracer("hw-exact-1", "heapwatch", 1, "exact"),  # _core.start(1, "exact")
+        Tracer("hw-exact-25", "heapwatch", 25, "exact"),  # _core.start(25, "exact")
+        Tracer("hw-sample", "heapwatch", 1, "sample"),  # _core.start(1, "sample", 512 KiB)
+    )
+}

@@ -1,0 +1,502 @@
+#!/usr/bin/env python3
+"""Generate deploy/grafana/dashboard.json, the heapwatch Grafana dashboard.
+
+    python deploy/grafana/generate.py            # rewrite dashboard.json
+    python deploy/grafana/generate.py --check    # exit 1 if dashboard.json is stale
+
+Built with grafana-foundation-sdk (pinned in requirements-deploy.txt to the
+release that targets Grafana 11.6; it needs Python 3.11 or newer).  Edit this
+file, never the JSON: tests/unit/test_deploy_grafana.py fails when the two
+drift apart.
+
+Every query filters on the dashboard variables with SELECTOR; the leak-suspect
+query is explained in deploy/README.md ("How a leak suspect is defined").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import bargauge, stat, table, timeseries
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dashboard_builders
+from grafana_foundation_sdk.builders import prometheus as prometheus_builders
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as models
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode
+
+OUTPUT = Path(__file__).resolve().parent / "dashboard.json"
+
+UID = "heapwatch"
+DATASOURCE = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+# Every query is limited to the chosen job and instances.
+SELECTOR = 'job=~"$job", instance=~"$instance"'
+# Allocation sites proper: the agent sums the sites outside its top
+# HEAPWATCH_TOP into one series, code_file_path="<other>", which is no site.
+SITES = SELECTOR + ', code_file_path!="<other>"'
+SITE_LABELS = "job, code_file_path, code_line_number"
+SITE_LEGEND = "{{code_file_path}}:{{code_line_number}}"
+TOP = 10
+# A leak suspect must show at least this many increases of its size in the
+# window, so that a site seen in one or two cycles (a young process, a site
+# that just entered the top N) is not called a leak.
+LEAK_MIN_INCREASES = 5
+
+
+def traced_memory_queries() -> dict[str, str]:
+    return {
+        "traced": f"heapwatch_traced_bytes{{{SELECTOR}}}",
+        "peak": f"heapwatch_traced_peak_bytes{{{SELECTOR}}}",
+        # The RSS of the processes heapwatch watches, not of anything else the
+        # job scrapes.
+        "RSS": (
+            f"process_resident_memory_bytes{{{SELECTOR}}}"
+            f" and on (job, instance) heapwatch_info{{{SELECTOR}}}"
+        ),
+    }
+
+
+def top_sites_query() -> str:
+    return f"topk({TOP}, sum by ({SITE_LABELS}) (heapwatch_lineno_size_bytes{{{SITES}}}))"
+
+
+def top_sites_over_time_query() -> str:
+    # The ten largest at the end of the range, drawn over the whole range
+    # (topk in a range query would pick a different ten at every step).
+    size = f"sum by ({SITE_LABELS}) (heapwatch_lineno_size_bytes{{{SITES}}}"
+    return f"{size})\nand on ({SITE_LABELS})\ntopk({TOP}, {size} @ end()))"
+
+
+def fastest_growing_query() -> str:
+    return (
+        f"topk({TOP}, sum by ({SITE_LABELS}) "
+        f"(deriv(heapwatch_lineno_size_bytes{{{SITES}}}[$__range])) > 0)"
+    )
+
+
+def leak_suspects_query() -> str:
+    """Sites that grew in every agent cycle seen in the window; the value is
+    the site's growth rate in bytes per second (least-squares slope)."""
+    size = f"heapwatch_lineno_size_bytes{{{SITES}}}[$__range]"
+    growth = f"heapwatch_lineno_growth_bytes{{{SITES}}}[$__range]"
+    return (
+        f"deriv({size})\n"
+        f"and resets({size}) == 0\n"
+        f"and changes({size}) >= {LEAK_MIN_INCREASES}\n"
+        "and (\n"
+        f"    min_over_time({growth}) > 0\n"
+        "  or\n"
+        f"    min_over_time({growth}) >= 0\n"
+        f"    and on (job, instance) heapwatch_sample_interval_bytes{{{SELECTOR}}} > 0\n"
+        ")"
+    )
+
+
+def query(expr: str, legend: str, ref_id: str) -> prometheus_builders.Dataquery:
+    return (
+        prometheus_builders.Dataquery()
+        .expr(expr)
+        .legend_format(legend)
+        .ref_id(ref_id)
+        .datasource(DATASOURCE)
+        .editor_mode(QueryEditorMode.CODE)
+        .range()
+    )
+
+
+def instant(expr: str, legend: str, ref_id: str = "A") -> prometheus_builders.Dataquery:
+    return query(expr, legend, ref_id).instant()
+
+
+def legend_table(calcs: list[str]) -> common_builders.VizLegendOptions:
+    return (
+        common_builders.VizLegendOptions()
+        .display_mode(common.LegendDisplayMode.TABLE)
+        .placement(common.LegendPlacement.BOTTOM)
+        .show_legend(True)
+        .calcs(calcs)
+    )
+
+
+def tooltip_all() -> common_builders.VizTooltipOptions:
+    return (
+        common_builders.VizTooltipOptions()
+        .mode(common.TooltipDisplayMode.MULTI)
+        .sort(common.SortOrder.DESCENDING)
+    )
+
+
+def lines(panel: timeseries.Panel) -> timeseries.Panel:
+    """The look every time series panel shares."""
+    return (
+        panel.line_width(1)
+        .fill_opacity(10)
+        .show_points(common.VisibilityMode.NEVER)
+        .legend(legend_table(["lastNotNull", "max"]))
+        .tooltip(tooltip_all())
+    )
+
+
+def last_value() -> common_builders.ReduceDataOptions:
+    return common_builders.ReduceDataOptions().calcs(["lastNotNull"]).values(False)
+
+
+def thresholds(*steps: tuple[float, str]) -> dashboard_builders.ThresholdsConfig:
+    return (
+        dashboard_builders.ThresholdsConfig()
+        .mode(models.ThresholdsMode.ABSOLUTE)
+        .steps([models.Threshold(value=value, color=color) for value, color in steps])
+    )
+
+
+def stat_panels() -> list[stat.Panel]:
+    mode = (
+        stat.Panel()
+        .title("Mode")
+        .description(
+            "Tracing mode of each agent: exact traces every allocation, sample "
+            "traces allocations a Poisson process picks by bytes."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            instant(
+                f"heapwatch_info{{{SELECTOR}}}",
+                "{{mode}} · heapwatch {{version}} · Python {{python_version}}",
+            )
+        )
+        .text_mode(common.BigValueTextMode.NAME)
+        .color_mode(common.BigValueColorMode.NONE)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .reduce_options(last_value())
+        .height(4)
+        .span(6)
+    )
+    sample_interval = (
+        stat.Panel()
+        .title("Sample interval")
+        .description(
+            "Mean distance in bytes between sampled allocations in sample mode "
+            "(HEAPWATCH_SAMPLE_INTERVAL); 0 means exact mode."
+        )
+        .datasource(DATASOURCE)
+        .with_target(instant(f"heapwatch_sample_interval_bytes{{{SELECTOR}}}", "{{instance}}"))
+        .unit("bytes")
+        .mappings(
+            [models.ValueMap(options={"0": models.ValueMappingResult(text="exact", index=0)})]
+        )
+        .color_mode(common.BigValueColorMode.NONE)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .reduce_options(last_value())
+        .height(4)
+        .span(6)
+    )
+    last_cycle = (
+        stat.Panel()
+        .title("Since last cycle")
+        .description(
+            "Time since each agent last refreshed its figures; it should stay "
+            "near HEAPWATCH_INTERVAL."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            instant(
+                f"time() - heapwatch_last_cycle_timestamp_seconds{{{SELECTOR}}}",
+                "{{instance}}",
+            )
+        )
+        .unit("s")
+        # Grafana reads the first step as the base (-Infinity) whatever its
+        # value; the schema wants a number there, not null.
+        .thresholds(thresholds((0, "green"), (60, "orange"), (300, "red")))
+        .color_mode(common.BigValueColorMode.VALUE)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .reduce_options(last_value())
+        .height(4)
+        .span(6)
+    )
+    traced = (
+        stat.Panel()
+        .title("Traced now")
+        .description("Memory traced by heapwatch, summed over the chosen instances.")
+        .datasource(DATASOURCE)
+        .with_target(instant(f"sum(heapwatch_traced_bytes{{{SELECTOR}}})", "traced"))
+        .unit("bytes")
+        .color_mode(common.BigValueColorMode.NONE)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .reduce_options(last_value())
+        .height(4)
+        .span(6)
+    )
+    return [mode, sample_interval, last_cycle, traced]
+
+
+def traced_memory_panel() -> timeseries.Panel:
+    panel = (
+        lines(timeseries.Panel())
+        .title("Traced memory, peak and RSS")
+        .description(
+            "Memory traced by heapwatch, its peak during each agent interval, and "
+            "the resident set size of the process. RSS above traced is memory "
+            "Python did not allocate through the traced allocators (C "
+            "extensions, fragmentation, the tracer itself)."
+        )
+        .datasource(DATASOURCE)
+        .unit("bytes")
+        .min(0)
+        .height(9)
+        .span(24)
+    )
+    for ref_id, (name, expr) in zip("ABC", traced_memory_queries().items()):
+        panel = panel.with_target(query(expr, f"{name} {{{{instance}}}}", ref_id))
+    return panel
+
+
+def top_sites_panel() -> bargauge.Panel:
+    return (
+        bargauge.Panel()
+        .title(f"Top {TOP} sites by size")
+        .description(
+            "Allocation sites (file:line) holding the most traced memory now, "
+            "summed over the chosen instances."
+        )
+        .datasource(DATASOURCE)
+        .with_target(instant(top_sites_query(), SITE_LEGEND))
+        .unit("bytes")
+        .min(0)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .name_placement(common.BarGaugeNamePlacement.TOP)
+        .reduce_options(last_value())
+        .height(10)
+        .span(12)
+    )
+
+
+def fastest_growing_panel() -> bargauge.Panel:
+    return (
+        bargauge.Panel()
+        .title("Fastest-growing sites")
+        .description(
+            "Growth rate of each site over the selected time range (the "
+            "least-squares slope of its size, deriv), largest first. Sites that "
+            "shrank are left out."
+        )
+        .datasource(DATASOURCE)
+        .with_target(instant(fastest_growing_query(), SITE_LEGEND))
+        .unit("binBps")
+        .min(0)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .name_placement(common.BarGaugeNamePlacement.TOP)
+        .reduce_options(last_value())
+        .height(10)
+        .span(12)
+    )
+
+
+def leak_suspects_panel() -> table.Panel:
+    return (
+        table.Panel()
+        .title("Leak suspects")
+        .description(
+            "Sites that grew in every agent cycle seen in the selected time range "
+            f"(in sample mode: never shrank), with at least {LEAK_MIN_INCREASES} "
+            "increases; growth is their rate in bytes per second. Narrow the time "
+            "range to ask about a shorter window; the HeapwatchLeakSuspect alert "
+            "asks the same over 30 minutes. Take a dump of the instance to see "
+            "the tracebacks."
+        )
+        .datasource(DATASOURCE)
+        .with_target(instant(leak_suspects_query(), SITE_LEGEND).format(PromQueryFormat.TABLE))
+        .unit("binBps")
+        .with_transformation(
+            models.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {
+                        "job": 0,
+                        "instance": 1,
+                        "code_file_path": 2,
+                        "code_line_number": 3,
+                        "Value": 4,
+                    },
+                    "renameByName": {
+                        "code_file_path": "file",
+                        "code_line_number": "line",
+                        "Value": "growth",
+                    },
+                },
+            )
+        )
+        .sort_by([common_builders.TableSortByFieldState().display_name("growth").desc(True)])
+        .filterable(True)
+        .height(9)
+        .span(24)
+    )
+
+
+def top_sites_over_time_panel() -> timeseries.Panel:
+    return (
+        lines(timeseries.Panel())
+        .title(f"Top {TOP} sites over time")
+        .description(
+            f"Size of the {TOP} largest sites at the end of the range, over the "
+            "whole range: a leak is a line that keeps climbing."
+        )
+        .datasource(DATASOURCE)
+        .with_target(query(top_sites_over_time_query(), SITE_LEGEND, "A"))
+        .unit("bytes")
+        .min(0)
+        .height(9)
+        .span(24)
+    )
+
+
+def tracer_memory_panel() -> timeseries.Panel:
+    return (
+        lines(timeseries.Panel())
+        .title("Tracer memory")
+        .description(
+            "What heapwatch costs in memory: its own trace tables and "
+            "tracebacks, outside the traced figures."
+        )
+        .datasource(DATASOURCE)
+        .with_target(query(f"heapwatch_tracer_memory_bytes{{{SELECTOR}}}", "{{instance}}", "A"))
+        .unit("bytes")
+        .min(0)
+        .height(8)
+        .span(8)
+    )
+
+
+def cycle_time_panel() -> timeseries.Panel:
+    return (
+        lines(timeseries.Panel())
+        .title("Cycle time")
+        .description(
+            "What heapwatch costs in time: how long each agent cycle (snapshot, "
+            "grouping by line, export) took."
+        )
+        .datasource(DATASOURCE)
+        .with_target(query(f"heapwatch_cycle_duration_seconds{{{SELECTOR}}}", "{{instance}}", "A"))
+        .unit("s")
+        .min(0)
+        .height(8)
+        .span(8)
+    )
+
+
+def agent_health_panel() -> timeseries.Panel:
+    rates = {
+        "cycles": "heapwatch_cycles_total",
+        "cycle errors": "heapwatch_cycle_errors_total",
+        "dropped traces": "heapwatch_dropped_traces_total",
+    }
+    panel = (
+        lines(timeseries.Panel())
+        .title("Agent cycles, errors and dropped traces")
+        .description(
+            "Per-second rates: cycles should be 1/HEAPWATCH_INTERVAL; errors and "
+            "dropped traces should be 0."
+        )
+        .datasource(DATASOURCE)
+        .unit("ops")
+        .min(0)
+        .height(8)
+        .span(8)
+    )
+    for ref_id, (name, metric) in zip("ABC", rates.items()):
+        expr = f"rate({metric}{{{SELECTOR}}}[$__rate_interval])"
+        panel = panel.with_target(query(expr, f"{name} {{{{instance}}}}", ref_id))
+    return panel
+
+
+def variables() -> list[dashboard_builders.DatasourceVariable | dashboard_builders.QueryVariable]:
+    datasource = (
+        dashboard_builders.DatasourceVariable("datasource").label("Data source").type("prometheus")
+    )
+    job = (
+        dashboard_builders.QueryVariable("job")
+        .label("Job")
+        .datasource(DATASOURCE)
+        .query("label_values(heapwatch_info, job)")
+        .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(models.VariableSort.ALPHABETICAL_ASC)
+    )
+    instance = (
+        dashboard_builders.QueryVariable("instance")
+        .label("Instance")
+        .datasource(DATASOURCE)
+        .query('label_values(heapwatch_info{job=~"$job"}, instance)')
+        .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(models.VariableSort.NATURAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".+")
+    )
+    return [datasource, job, instance]
+
+
+def build() -> dashboard_builders.Dashboard:
+    builder = (
+        dashboard_builders.Dashboard("heapwatch")
+        .uid(UID)
+        .description(
+            "Python heap of services running the heapwatch agent: traced memory, "
+            "top and growing allocation sites, leak suspects, and the tracer's cost."
+        )
+        .tags(["heapwatch", "python", "memory"])
+        .editable()
+        .timezone(common.TimeZoneBrowser)
+        .time("now-6h", "now")
+        .refresh("30s")
+        .tooltip(models.DashboardCursorSync.CROSSHAIR)
+        .variables(list(variables()))
+    )
+    panels: list[stat.Panel | timeseries.Panel | bargauge.Panel | table.Panel] = [
+        *stat_panels(),
+        traced_memory_panel(),
+        top_sites_panel(),
+        fastest_growing_panel(),
+        leak_suspects_panel(),
+        top_sites_over_time_panel(),
+        tracer_memory_panel(),
+        cycle_time_panel(),
+        agent_health_panel(),
+    ]
+    for number, panel in enumerate(panels, start=1):
+        builder = builder.with_panel(panel.id(number))
+    return builder
+
+
+def render() -> str:
+    """The dashboard as the JSON committed in deploy/grafana/dashboard.json."""
+    return JSONEncoder(sort_keys=True, indent=2).encode(build().build()) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the committed JSON is stale"
+    )
+    parser.add_argument("--output", type=Path, default=OUTPUT, help="default: %(default)s")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is stale: run python {Path(__file__).name}", file=sys.stderr)
+            return 1
+        return 0
+    args.output.write_text(text, encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The agent's metrics: one catalogue, read by both exporters.
+
+Names are fixed: the Grafana dashboard and the alert rules select on them.
+``Metric.value`` reads a number out of the agent's ``Readings``; per-site
+metrics have ``site_value`` instead and one series per ``Site`` (the top
+sites, then ``<other>``).  A value of None means "no series yet" (before the
+first successful cycle).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from heapwatch._agent import Readings, Site
+
+__all__ = [
+    "CATALOGUE",
+    "LABEL_FILE",
+    "LABEL_LINE",
+    "OTEL_ATTRIBUTE_FILE",
+    "OTEL_ATTRIBUTE_LINE",
+    "Metric",
+]
+
+LABEL_FILE = "code_file_path"
+LABEL_LINE = "code_line_number"
+OTEL_ATTRIBUTE_FILE = "code.file.path"
+OTEL_ATTRIBUTE_LINE = "code.line.number"
+
+
+class Metric(NamedTuple):
+    otel_name: str
+    otel_unit: str
+    prometheus_name: str
+    """The sample name, ``_total`` included for counters."""
+    prometheus_unit: str
+    kind: str
+    """``gauge`` or ``counter``."""
+    description: str
+    value: Callable[[Readings], float | None] | None = None
+    site_value: Callable[[Site], float] | None = None
+
+
+def _result(read: Callable[..., float]) -> Callable[[Readings], float | None]:
+    def value(readings: Readings) -> float | None:
+        return None if readings.result is None else read(readings.result)
+
+    return value
+
+
+CATALOGUE: tuple[Metric, ...] = (
+    Metric(
+        "heapwatch.traced",
+        "By",
+        "heapwatch_traced_bytes",
+        "bytes",
+        "gauge",
+        "Live bytes allocated through the Python allocators, as traced "
+        "(an estimate in sample mode).",
+        value=_result(lambda r: r.traced),
+    ),
+    Metric(
+        "heapwatch.traced.peak",
+        "By",
+        "heapwatch_traced_peak_bytes",
+        "bytes",
+        "gauge",
+        "Peak of the traced bytes during the last interval.",
+        value=_result(lambda r: r.peak),
+    ),
+    Metric(
+        "heapwatch.traced.blocks",
+        "{block}",
+        "heapwatch_traced_blocks",
+        "",
+        "gauge",
+        "Live memory blocks traced (an estimate in sample mode).",
+        value=_result(lambda r: r.blocks),
+    ),
+    Metric(
+        "heapwatch.lineno.size",
+        "By",
+        "heapwatch_lineno_size_bytes",
+        "bytes",
+        "gauge",
+        "Live bytes allocated at each of the top allocation sites; the "
+        'code_file_path="<other>" series sums the other sites, so a sum() '
+        "equals heapwatch_traced_bytes.",
+        site_value=lambda s: s.size,
+    ),
+    Metric(
+        "heapwatch.lineno.blocks",
+        "{block}",
+        "heapwatch_lineno_blocks",
+        "",
+        "gauge",
+        "Live memory blocks allocated at each of the top allocation sites.",
+        site_value=lambda s: s.blocks,
+    ),
+    Metric(
+        "heapwatch.lineno.growth",
+        "By",
+        "heapwatch_lineno_growth_bytes",
+        "bytes",
+        "gauge",
+        "Change of each site's live bytes since the previous cycle (0 on the first).",
+        site_value=lambda s: s.growth,
+    ),
+    Metric(
+        "heapwatch.tracer.memory",
+        "By",
+        "heapwatch_tracer_memory_bytes",
+        "bytes",
+        "gauge",
+        "Memory the tracer itself uses (trace tables, tracebacks).",
+        value=_result(lambda r: r.tracer_memory),
+    ),
+    Metric(
+        "heapwatch.cycle.duration",
+        "s",
+        "heapwatch_cycle_duration_seconds",
+        "seconds",
+        "gauge",
+        "How long the last cycle (snapshot, grouping, diff) took.",
+        value=_result(lambda r: r.duration),
+    ),
+    Metric(
+        "heapwatch.sample_interval",
+        "By",
+        "heapwatch_sample_interval_bytes",
+        "bytes",
+        "gauge",
+        "Mean bytes between sampled allocations; 0 in exact mode, where every block is traced.",
+        value=lambda readings: readings.sample_interval,
+    ),
+    Metric(
+        "heapwatch.traces.dropped",
+        "{trace}",
+        "heapwatch_dropped_traces_total",
+        "",
+        "counter",
+        "Allocations the tracer could not record (no memory for the trace); "
+        "the traced figures miss them.",
+        value=_result(lambda r: r.dropped),
+    ),
+    Metric(
+        "heapwatch.cycles",
+        "{cycle}",
+        "heapwatch_cycles_total",
+        "",
+        "counter",
+        "Cycles the agent ran, failed ones included.",
+        value=lambda readings: readings.cycles,
+    ),
+    Metric(
+        "heapwatch.cycle.errors",
+        "{error}",
+        "heapwatch_cycle_errors_total",
+        "",
+        "counter",
+        "Cycles that failed (logged; retried at the next interval).",
+        value=lambda readings: readings.errors,
+    ),
+    Metric(
+        "",
+        "",
+        "heapwatch_last_cycle_timestamp_seconds",
+        "seconds",
+        "gauge",
+        "Unix time of the last successful cycle; the other heapwatch series are as of this time.",
+        value=_result(lambda r: r.timestamp),
+    ),
+)

@@ -1,0 +1,330 @@
+"""The OpenTelemetry exporter: observable instruments on a meter named ``heapwatch``.
+
+The instruments' callbacks read the agent's last cycle; they never take a
+snapshot.  The MeterProvider is, in order: the one given in code, the one the
+application configured globally, or else one heapwatch builds from the
+standard ``OTEL_*`` variables (OTLP endpoint, protocol, headers, service name,
+resource attributes, export interval and timeout).
+
+heapwatch's own provider exports from a thread of its own, ``heapwatch-otlp``,
+rather than the SDK's periodic reader thread: after ``fork()`` the child then
+builds a fresh provider whose resource carries its own ``process.pid``,
+instead of inheriting a reader that would keep exporting the child's figures
+under the parent's identity.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+
+from heapwatch import __version__
+from heapwatch._agent import Agent, Readings
+from heapwatch._config import env_value
+from heapwatch_exporters._catalogue import (
+    CATALOGUE,
+    OTEL_ATTRIBUTE_FILE,
+    OTEL_ATTRIBUTE_LINE,
+)
+from heapwatch_exporters._catalogue import Metric as CatalogueMetric
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+
+__all__ = ["OtelExporter", "build_meter_provider", "configured_meter_provider"]
+
+log = logging.getLogger("heapwatch.otel")
+
+ReadingsSource = Callable[[], Optional[Readings]]
+
+DEFAULT_EXPORT_INTERVAL_MS = 60000.0
+DEFAULT_EXPORT_TIMEOUT_MS = 30000.0
+PROTOCOLS = ("http/protobuf", "grpc")
+
+
+class _Instruments:
+    """heapwatch's instruments on one MeterProvider, fed by the attached agent.
+
+    Made once per provider: an SDK asked for a second instrument of the same
+    name returns the first, callbacks included, so a later agent re-points
+    ``source`` instead of creating instruments again.
+    """
+
+    def __init__(self, provider: MeterProvider) -> None:
+        self.source: ReadingsSource | None = None
+        meter = provider.get_meter("heapwatch", __version__)
+        for metric in CATALOGUE:
+            if not metric.otel_name:
+                continue
+            create = (
+                meter.create_observable_counter
+                if metric.kind == "counter"
+                else meter.create_observable_gauge
+            )
+            create(
+                metric.otel_name,
+                callbacks=[self._callback(metric)],
+                unit=metric.otel_unit,
+                description=metric.description,
+            )
+
+    def _readings(self) -> Readings | None:
+        source = self.source
+        return source() if source is not None else None
+
+    def _callback(
+        self, metric: CatalogueMetric
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            readings = self._readings()
+            if readings is None:
+                return []
+            if metric.site_value is not None:
+                if readings.result is None:
+                    return []
+                site_value = metric.site_value
+                return [
+                    Observation(
+                        site_value(site),
+                        {OTEL_ATTRIBUTE_FILE: site.file, OTEL_ATTRIBUTE_LINE: site.line},
+                    )
+                    for site in readings.result.sites
+                ]
+            assert metric.value is not None
+            value = metric.value(readings)
+            return [] if value is None else [Observation(value)]
+
+        return observe
+
+
+_instruments: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
+_instruments_lock = threading.Lock()
+
+
+def _instruments_for(provider: MeterProvider) -> _Instruments:
+    with _instruments_lock:
+        instruments = _instruments.get(provider)
+        if instruments is None:
+            instruments = _instruments[provider] = _Instruments(provider)
+        return instruments
+
+
+def configured_meter_provider() -> MeterProvider | None:
+    """The application's global MeterProvider, or None if it set none."""
+    provider = metrics.get_meter_provider()
+    try:
+        from opentelemetry.metrics._internal import (  # noqa: PLC0415
+            _ProxyMeterProvider,
+        )
+    except ImportError:  # pragma: no cover - an API without the proxy class
+        from opentelemetry.sdk.metrics import (  # noqa: PLC0415
+            MeterProvider as SdkMeterProvider,
+        )
+
+        return provider if isinstance(provider, SdkMeterProvider) else None
+    return None if isinstance(provider, _ProxyMeterProvider) else provider
+
+
+def _milliseconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError
+    return value
+
+
+def _parse_ms(environ: Mapping[str, str], variable: str, default: float) -> float:
+    text = environ.get(variable)
+    if not text or not text.strip():
+        return default
+
+    def parse(text: str) -> float:
+        try:
+            return _milliseconds(text)
+        except ValueError:
+            raise ValueError("a positive number of milliseconds") from None
+
+    return env_value(variable, text, parse, default)
+
+
+def _protocol(environ: Mapping[str, str]) -> str:
+    for variable in ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        text = environ.get(variable)
+        if text and text.strip():
+
+            def parse(text: str) -> str:
+                protocol = text.strip().lower()
+                if protocol not in PROTOCOLS:
+                    raise ValueError(" or ".join(PROTOCOLS))
+                return protocol
+
+            return env_value(variable, text, parse, "http/protobuf")
+    return "http/protobuf"
+
+
+def _otlp_exporter(environ: Mapping[str, str]) -> Any:
+    if _protocol(environ) == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+                OTLPMetricExporter as GrpcExporter,
+            )
+        except ImportError:
+            log.warning(
+                "OTLP protocol grpc needs opentelemetry-exporter-otlp-proto-grpc; "
+                "using http/protobuf"
+            )
+        else:
+            return GrpcExporter()
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # noqa: PLC0415
+        OTLPMetricExporter,
+    )
+
+    return OTLPMetricExporter()
+
+
+def build_meter_provider(
+    environ: Mapping[str, str] | None = None, exporter: Any = None
+) -> tuple[MeterProvider, MetricReader]:
+    """A MeterProvider from the standard ``OTEL_*`` variables, and its reader.
+
+    The reader has no thread of its own (its interval is infinite): the
+    caller collects with ``reader.collect()``.  The resource adds
+    ``process.pid`` to what ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES`` give, so that the processes of a service
+    (gunicorn workers, say) stay apart.
+    """
+    # The SDK only when heapwatch builds the provider itself.
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider  # noqa: PLC0415
+    from opentelemetry.sdk.metrics.export import (  # noqa: PLC0415
+        PeriodicExportingMetricReader,
+    )
+    from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
+
+    env = os.environ if environ is None else environ
+    if exporter is None:
+        exporter = _otlp_exporter(env)
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=math.inf)
+    resource = Resource.create({"process.pid": os.getpid()})
+    # The agent shuts the provider down (after its last cycle), not the SDK's
+    # own exit hook, which would run first.
+    provider = SdkMeterProvider(metric_readers=[reader], resource=resource, shutdown_on_exit=False)
+    return provider, reader
+
+
+class _ExportThread:
+    """Collects and exports every interval, then once more when stopped."""
+
+    def __init__(self, reader: MetricReader, interval: float, timeout_ms: float) -> None:
+        self._reader = reader
+        self._interval = interval
+        self._timeout_ms = timeout_ms
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._run, name="heapwatch-otlp", daemon=True)
+        self._thread.start()
+
+    def _export(self) -> None:
+        try:
+            self._reader.collect(timeout_millis=self._timeout_ms)
+        except Exception:
+            if not self._failing:
+                log.exception("heapwatch OpenTelemetry export failed; retrying every interval")
+            self._failing = True
+        else:
+            self._failing = False
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._export()
+        self._export()
+
+    def stop(self, timeout: float) -> bool:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(max(0.0, timeout))
+        return not self._thread.is_alive()
+
+
+class OtelExporter:
+    """Publishes the agent's readings as OpenTelemetry observable instruments.
+
+    Args:
+        meter_provider: the provider to use; by default the application's,
+            else one built from ``OTEL_*`` (``build_meter_provider``).
+        environ: the environment to read ``OTEL_*`` from.
+        otlp_exporter: the exporter of a provider heapwatch builds (tests).
+    """
+
+    name = "otlp"
+
+    def __init__(
+        self,
+        meter_provider: MeterProvider | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        otlp_exporter: Any = None,
+    ) -> None:
+        self._given = meter_provider
+        self._environ = environ
+        self._otlp_exporter = otlp_exporter
+        self._instruments: _Instruments | None = None
+        self._source: ReadingsSource | None = None
+        self._own: tuple[Any, _ExportThread] | None = None
+        self.meter_provider: MeterProvider | None = None
+
+    def start(self, agent: Agent) -> None:
+        env = os.environ if self._environ is None else self._environ
+        provider = self._given if self._given is not None else configured_meter_provider()
+        if provider is None:
+            if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+                log.info("OTEL_SDK_DISABLED is true: heapwatch exports no OpenTelemetry metrics")
+                return
+            provider, reader = build_meter_provider(env, self._otlp_exporter)
+            interval = _parse_ms(env, "OTEL_METRIC_EXPORT_INTERVAL", DEFAULT_EXPORT_INTERVAL_MS)
+            timeout = _parse_ms(env, "OTEL_METRIC_EXPORT_TIMEOUT", DEFAULT_EXPORT_TIMEOUT_MS)
+            self._own = (provider, _ExportThread(reader, interval / 1000.0, timeout))
+        self.meter_provider = provider
+        self._source = agent.readings
+        self._instruments = _instruments_for(provider)
+        self._instruments.source = self._source
+
+    def _detach(self) -> None:
+        instruments, self._instruments = self._instruments, None
+        if instruments is not None and instruments.source is self._source:
+            instruments.source = None
+
+    def shutdown(self, timeout: float) -> None:
+        own, self._own = self._own, None
+        if own is not None:
+            provider, thread = own
+            deadline = _Deadline(timeout)
+            thread.stop(deadline.remaining())  # its last export carries the last cycle
+            provider.shutdown(timeout_millis=deadline.remaining() * 1000.0)
+        self._detach()
+        self.meter_provider = None
+
+    def after_fork_in_child(self) -> None:
+        # The parent's provider (resource with its pid) is dropped without
+        # shutting it down: that would export from the child.  No thread of
+        # it runs in the child.  An application's provider is the
+        # application's to handle; the instruments stay on it.
+        if self._own is not None:
+            self._own = None
+            self._detach()
+            self.meter_provider = None
+
+
+class _Deadline:
+    def __init__(self, timeout: float) -> None:
+        self._end = time.monotonic() + max(0.0, timeout)
+
+    def remaining(self) -> float:
+        return max(0.0, self._end - time.monotonic())

@@ -1,0 +1,148 @@
+"""A pure-Python stand-in for heapwatch._core as the agent uses it.
+
+``ModelSource`` keeps live bytes and blocks per (file, line) and answers
+``take_snapshot()`` with grouped statistics ordered as the core orders them,
+so the agent's cycle can be tested with exact, hand-made figures.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+Key = tuple[str, int]
+
+
+class ModelGroups:
+    def __init__(self, sites: Mapping[Key, tuple[int, int]]) -> None:
+        self.sites = {key: value for key, value in sites.items() if value[0] or value[1]}
+
+    @property
+    def total(self) -> tuple[int, int]:
+        return sum(s for s, _ in self.sites.values()), sum(c for _, c in self.sites.values())
+
+    def statistics(self, limit: int | None = None) -> list[tuple[tuple[Key, ...], int, int]]:
+        ordered = sorted(
+            self.sites.items(), key=lambda item: (item[1][0], item[1][1], item[0]), reverse=True
+        )
+        if limit is not None:
+            ordered = ordered[:limit]
+        return [((key,), size, count) for key, (size, count) in ordered]
+
+    def growth(
+        self, old: ModelGroups | None, limit: int | None = None
+    ) -> list[tuple[tuple[Key, ...], int, int, int, int]]:
+        previous = old.sites if old is not None else {}
+        out = []
+        for frames, size, count in self.statistics(limit):
+            old_size, old_count = previous.get(frames[0], (0, 0))
+            out.append((frames, size, size - old_size, count, count - old_count))
+        return out
+
+
+class ModelSnapshot:
+    def __init__(self, sites: Mapping[Key, tuple[int, int]], peak: int) -> None:
+        self._groups = ModelGroups(sites)
+        self.traced, self.blocks = self._groups.total
+        self.peak = peak
+
+    def group(self, key_type: str) -> ModelGroups:
+        assert key_type == "lineno"
+        return self._groups
+
+
+class ModelSource:
+    """Live memory per site, a peak, and switches to make snapshots fail or hang."""
+
+    def __init__(self, mode: str = "exact", sample_interval: int = 512 * 1024) -> None:
+        self.sites: dict[Key, tuple[int, int]] = {}
+        self.peak = 0
+        self.tracing = False
+        self.mode = mode
+        self.sample_interval = sample_interval
+        self.dropped_count = 0
+        self.memory = 4096
+        self.fail: BaseException | None = None
+        self.start_error: BaseException | None = None
+        self.hang: threading.Event | None = None
+        self.snapshots = 0
+        self.drains = 0
+        self.started_with: tuple[int, str, int] | None = None
+
+    # ---- the workload
+    def allocate(self, file: str, line: int, size: int, count: int = 1) -> None:
+        old_size, old_count = self.sites.get((file, line), (0, 0))
+        self.sites[(file, line)] = (old_size + size, old_count + count)
+        self.peak = max(self.peak, self.traced)
+
+    def free(self, file: str, line: int, size: int, count: int = 1) -> None:
+        old_size, old_count = self.sites[(file, line)]
+        self.sites[(file, line)] = (old_size - size, old_count - count)
+
+    @property
+    def traced(self) -> int:
+        return sum(size for size, _ in self.sites.values())
+
+    # ---- the SnapshotSource protocol
+    def start(self, nframe: int, mode: str, sample_interval: int) -> bool:
+        if self.start_error is not None:
+            raise self.start_error
+        if self.tracing:
+            return False
+        self.tracing = True
+        self.started_with = (nframe, mode, sample_interval)
+        self.mode, self.sample_interval = mode, sample_interval
+        return True
+
+    def stop(self) -> None:
+        self.tracing = False
+
+    def configuration(self) -> tuple[str, int]:
+        return self.mode, self.sample_interval
+
+    def take_snapshot(self) -> ModelSnapshot:
+        if self.hang is not None:
+            self.hang.wait()
+        if self.fail is not None:
+            raise self.fail
+        self.snapshots += 1
+        snapshot = ModelSnapshot(self.sites, self.peak)
+        self.peak = self.traced
+        return snapshot
+
+    def reset_peak(self) -> None:
+        self.peak = self.traced
+
+    def tracer_memory(self) -> int:
+        return self.memory
+
+    def dropped(self) -> int:
+        return self.dropped_count
+
+    def drain(self) -> None:
+        self.drains += 1
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class TickingTimer:
+    """A monotonic timer that moves ``step`` seconds at every reading."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now

@@ -1,0 +1,170 @@
+"""Helpers for tests that run Python subprocesses under the installed agent.
+
+The auto-start ``.pth`` hook and the ``heapwatch`` command exist only in an
+installed package (``make test`` installs it), so these tests run
+``sys.executable`` without PYTHONPATH and skip when heapwatch is not
+installed there (they fail instead under HEAPWATCH_REQUIRE_TOOLS=1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+T = TypeVar("T")
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def clean_env(**variables: str) -> dict[str, str]:
+    """The test's environment without PYTHONPATH, HEAPWATCH_* or OTEL_*, plus ``variables``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key != "PYTHONPATH" and not key.startswith(("HEAPWATCH_", "OTEL_", "PROMETHEUS_"))
+    }
+    env.update(variables)
+    return env
+
+
+@functools.cache
+def _installed() -> str:
+    probe = (
+        "import os, sysconfig, heapwatch, heapwatch_exporters\n"
+        "pth = os.path.join(sysconfig.get_path('purelib'), 'heapwatch-autostart.pth')\n"
+        "print(os.path.exists(pth), heapwatch.__file__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=clean_env(),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        return "heapwatch is not installed in " + sys.executable
+    found, _path = done.stdout.split(maxsplit=1)
+    if found != "True":
+        return "heapwatch-autostart.pth is not in site-packages of " + sys.executable
+    return ""
+
+
+def installed_python() -> str:
+    """sys.executable, if heapwatch is installed there; else skip (or fail)."""
+    reason = _installed()
+    if reason:
+        message = reason + " (make install, or make test)"
+        if os.environ.get("HEAPWATCH_REQUIRE_TOOLS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return sys.executable
+
+
+def installed_script(name: str) -> str:
+    installed_python()
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        pytest.skip(f"{path} is not installed")
+    return str(path)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int = 1) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1 right now."""
+    for _ in range(200):
+        base = random.randint(20000, 60000 - count)
+        if all(_bindable(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no block of free ports")
+
+
+def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:
+    """Polls ``check`` until it returns something true; fails after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {check}")
+        time.sleep(interval)
+
+
+def fetch(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None) -> str | None:
+    """The body of a GET, or None when nothing answers (yet)."""
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body: bytes = response.read()
+            return body.decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None
+
+
+def parse(text: str) -> Samples:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def site_values(samples: Samples, name: str, file_suffix: str) -> dict[int, float]:
+    """{line: value} of ``name`` for the sites whose file ends with ``file_suffix``."""
+    out = {}
+    for (sample, labels), value in samples.items():
+        label = dict(labels)
+        if sample == name and label.get("code_file_path", "").endswith(file_suffix):
+            out[int(label["code_line_number"])] = value
+    return out
+
+
+@contextlib.contextmanager
+def running(
+    args: list[str], env: Mapping[str, str], cwd: str | os.PathLike[str] | None = None, **kw: Any
+) -> Iterator[subprocess.Popen[str]]:
+    """A subprocess with its output in files (``proc.output()`` reads them), killed at the end."""
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        proc = subprocess.Popen(
+            args, env=dict(env), cwd=cwd, stdout=stdout, stderr=stderr, text=True, **kw
+        )
+
+        def output() -> tuple[str, str]:
+            stdout.flush()
+            stderr.flush()
+            stdout.seek(0)
+            stderr.seek(0)
+            return stdout.read(), stderr.read()
+
+        proc.output = output  # type: ignore[attr-defined]
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=30)

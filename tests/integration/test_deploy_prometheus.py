@@ -1,0 +1,162 @@
+"""deploy/prometheus (and the Prometheus files of deploy/compose and
+deploy/kubernetes) against the real promtool: configurations and rules
+check, and the rule unit tests pass and have teeth."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]
+from _deploy_support import DEPLOY
+
+from conftest import require_tool
+
+pytestmark = pytest.mark.tools
+
+PROMETHEUS = DEPLOY / "prometheus"
+RULES = PROMETHEUS / "heapwatch-rules.yml"
+LIMITS = PROMETHEUS / "heapwatch-limits.yml"
+RULE_TESTS = sorted((PROMETHEUS / "tests").glob("*.test.yml"))
+K8S_SCRAPE = DEPLOY / "kubernetes" / "prometheus-scrape.yml"
+ALERTS = {
+    "HeapwatchLeakSuspect",
+    "HeapwatchTracedMemoryNearLimit",
+    "HeapwatchTracerMemoryHigh",
+    "HeapwatchAgentDown",
+    "HeapwatchAgentStalled",
+}
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [require_tool("promtool"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, f"{result.args}:\n{result.stdout}\n{result.stderr}"
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def rules() -> list[dict[str, Any]]:
+    return [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [PROMETHEUS / "prometheus.yml", DEPLOY / "compose" / "prometheus.yml"],
+    ids=["hosts", "compose"],
+)
+def test_check_config(config: Path) -> None:
+    result = promtool("check", "config", config.name, cwd=config.parent)
+    assert_ok(result)
+    # Both load the rules and the limits.
+    assert "SUCCESS: 2 rule files found" in result.stdout + result.stderr
+
+
+def test_check_kubernetes_config(tmp_path: Path) -> None:
+    result = promtool("check", "config", "--syntax-only", str(K8S_SCRAPE))
+    if "kubernetes_sd_configs not found" in result.stdout + result.stderr:
+        # Debian's prometheus is built without Kubernetes discovery: check
+        # everything else, with the discovery swapped for a file.
+        config = load_yaml(K8S_SCRAPE)
+        for job in config["scrape_configs"]:
+            assert job.pop("kubernetes_sd_configs") == [{"role": "pod"}]
+            job["file_sd_configs"] = [{"files": [str(tmp_path / "pods.json")]}]
+        swapped = tmp_path / "prometheus.yml"
+        swapped.write_text(yaml.safe_dump(config), encoding="utf-8")
+        result = promtool("check", "config", "--syntax-only", str(swapped))
+    assert_ok(result)
+
+
+def test_check_rules() -> None:
+    result = promtool("check", "rules", str(RULES), str(LIMITS))
+    assert_ok(result)
+    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 1 rules found" in result.stdout
+
+
+def test_alerts_are_the_documented_ones() -> None:
+    alerts = {rule["alert"] for rule in rules() if "alert" in rule}
+    assert alerts == ALERTS
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    for alert in ALERTS:
+        assert alert in readme, f"{alert} is not described in deploy/README.md"
+    for rule in rules():
+        if "alert" in rule:
+            assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+            assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]
+
+
+def test_rule_unit_tests_pass() -> None:
+    assert RULE_TESTS, "no promtool tests under deploy/prometheus/tests"
+    result = promtool("test", "rules", *(p.name for p in RULE_TESTS), cwd=RULE_TESTS[0].parent)
+    assert_ok(result)
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_is_tested_firing_and_quiet() -> None:
+    """Each alert has a test where it fires on one series while a flat one
+    in the same input stays quiet (promtool compares the alerts exactly, so a
+    listed alert means no other series fired)."""
+    firing: dict[str, int] = {}
+    for path in RULE_TESTS:
+        for case in load_yaml(path)["tests"]:
+            for check in case.get("alert_rule_test", []):
+                if check["exp_alerts"]:
+                    firing[check["alertname"]] = firing.get(check["alertname"], 0) + 1
+                    series = [s["series"] for s in case["input_series"]]
+                    assert len(series) > 1, f"{case['name']}: nothing to stay quiet"
+    assert set(firing) == ALERTS, ALERTS - set(firing)
+
+
+# Each rewrite weakens one clause of a rule; the promtool tests must catch it.
+MUTATIONS = {
+    "shrinking allowed": (r"\[30m\]\) == 0", "[30m]) >= 0"),
+    "no 30-minute history": (r"offset 30m", "offset 1m"),
+    "no size threshold": (r"\) > 1048576", ") > 0"),
+    "<other> counted as a site": (r'code_file_path!="<other>"', 'code_file_path!="-"'),
+    "exact mode may pause": (r"\[30m\]\) > 0", "[30m]) >= 0"),
+    "one step is enough": (r"\) >= 3", ") >= 0"),
+    "sample branch for all": (
+        r"heapwatch_sample_interval_bytes > 0",
+        "heapwatch_sample_interval_bytes >= 0",
+    ),
+    "no per-job limit": (
+        r"max by \(job\) \(heapwatch:traced_limit_bytes:override\)",
+        "vector(0) == 1",
+    ),
+    "tracer floor gone": (r"> 67108864", "> 0"),
+    "down without history": (r"max_over_time\(heapwatch_info\[1h\]\)", "up"),
+    "stall threshold": (r"> 300", "> 1000"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_rule_unit_tests_catch_a_weakened_rule(name: str, tmp_path: Path) -> None:
+    pattern, replacement = MUTATIONS[name]
+    text = RULES.read_text(encoding="utf-8")
+    mutated, count = re.subn(pattern, replacement, text)
+    assert count, f"{name}: {pattern!r} no longer matches heapwatch-rules.yml"
+    (tmp_path / "tests").mkdir()
+    (tmp_path / RULES.name).write_text(mutated, encoding="utf-8")
+    shutil.copy(LIMITS, tmp_path / LIMITS.name)
+    for path in RULE_TESTS:
+        shutil.copy(path, tmp_path / "tests" / path.name)
+    assert_ok(promtool("check", "rules", str(tmp_path / RULES.name)))
+    result = promtool("test", "rules", *(p.name for p in RULE_TESTS), cwd=tmp_path / "tests")
+    assert result.returncode != 0, f"the promtool tests missed the mutation {name!r}"

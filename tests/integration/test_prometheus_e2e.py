@@ -1,0 +1,310 @@
+"""The demo service, its heapwatch agents, a real Prometheus server, and every
+query of the Grafana dashboard (deploy/grafana/dashboard.json).
+
+Two demos run side by side, one in exact mode and one in sample mode; a
+Prometheus server on 127.0.0.1 scrapes both every second and loads the alert
+rules.  Once it has data, every target of every panel, with the dashboard's
+variables filled in as Grafana would ($job, $instance, $__range,
+$__rate_interval), must return data through the HTTP API, the leak-suspect
+query must name the demo's leaking line, and the alert rules must evaluate
+without errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _deploy_support import (
+    DEPLOY,
+    REPO,
+    Prometheus,
+    autostart_installed,
+    free_port,
+    source_pythonpath,
+    stop_process,
+)
+
+from conftest import require_tool
+
+pytestmark = [pytest.mark.tools, pytest.mark.slow]
+
+DEMO = REPO / "examples" / "demo_service.py"
+DASHBOARD = DEPLOY / "grafana" / "dashboard.json"
+RULES = DEPLOY / "prometheus" / "heapwatch-rules.yml"
+LIMITS = DEPLOY / "prometheus" / "heapwatch-limits.yml"
+JOB = "heapwatch-demo"  # the job heapwatch-limits.yml gives a 256 MiB limit
+SCRAPE_SECONDS = 1
+# What Grafana makes of $__rate_interval with a 1 s scrape interval and a 1 s
+# step: max($__interval + scrape interval, 4 * scrape interval).
+RATE_INTERVAL = "4s"
+# The alert rules' 30-minute window, shrunk for a run of a minute.
+SHORT_WINDOW = 20
+DEADLINE = 150.0
+
+# Runs the demo as `python demo_service.py` would, with the auto-start hook
+# read from the source tree (agent/heapwatch-autostart.pth), for a checkout
+# where heapwatch is on PYTHONPATH rather than installed.
+_BOOT_FROM_SOURCE = (
+    "import runpy, site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[2:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def leaking_line() -> int:
+    for number, line in enumerate(DEMO.read_text(encoding="utf-8").splitlines(), start=1):
+        if "# the leaking line" in line:
+            return number
+    raise AssertionError(f"{DEMO} marks no line with '# the leaking line'")
+
+
+@dataclass
+class Demo:
+    name: str
+    proc: subprocess.Popen[bytes]
+    output: Path
+    instance: str  # host:port of its /metrics, Prometheus's instance label
+
+
+def start_demo(tmp_path: Path, name: str, env_extra: dict[str, str]) -> Demo:
+    env = dict(os.environ)
+    env.update(
+        HEAPWATCH_ENABLED="1",
+        HEAPWATCH_HOST="127.0.0.1",
+        HEAPWATCH_PORT=str(free_port()),
+        HEAPWATCH_INTERVAL=str(SCRAPE_SECONDS),
+        DEMO_HOST="127.0.0.1",
+        DEMO_PORT="0",
+        **env_extra,
+    )
+    source_pythonpath(env)
+    if autostart_installed():
+        command = [sys.executable, str(DEMO)]
+    else:
+        command = [sys.executable, "-c", _BOOT_FROM_SOURCE, str(REPO / "agent"), str(DEMO)]
+    output = tmp_path / f"{name}.out"
+    with open(output, "wb") as sink:
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        text = output.read_text(encoding="utf-8", errors="replace")
+        match = re.search(r"^heapwatch metrics: http://([^/\s]+)/metrics$", text, re.M)
+        if match:
+            return Demo(name, proc, output, match.group(1))
+        if "heapwatch metrics:" in text or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    stop_process(proc)
+    raise AssertionError(
+        f"demo {name} did not report its metrics URL:\n{output.read_text(errors='replace')}"
+    )
+
+
+def prometheus_config(demos: dict[str, Demo]) -> str:
+    config = {
+        "global": {
+            "scrape_interval": f"{SCRAPE_SECONDS}s",
+            "evaluation_interval": f"{SCRAPE_SECONDS}s",
+        },
+        "rule_files": [str(RULES), str(LIMITS)],
+        "scrape_configs": [
+            {
+                "job_name": JOB,
+                "static_configs": [{"targets": [d.instance for d in demos.values()]}],
+            }
+        ],
+    }
+    return json.dumps(config, indent=2)  # JSON is YAML
+
+
+@dataclass
+class Target:
+    panel: str
+    ref_id: str
+    expr: str
+    instant: bool
+
+
+def dashboard_targets() -> list[Target]:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    targets = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            targets.append(
+                Target(
+                    panel=panel["title"],
+                    ref_id=target["refId"],
+                    expr=target["expr"],
+                    instant=bool(target.get("instant")) and not target.get("range"),
+                )
+            )
+    return targets
+
+
+def fill_in(expr: str, instance: str, range_seconds: int) -> str:
+    """The query Grafana sends for one chosen job and instance."""
+    values = {
+        "$__rate_interval": RATE_INTERVAL,
+        "$__interval": f"{SCRAPE_SECONDS}s",
+        "$__range": f"{range_seconds}s",
+        "$job": JOB,
+        "$instance": instance,
+    }
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace(name, values[name])
+    assert "$" not in expr, f"a variable is left in {expr!r}"
+    return expr
+
+
+def leak_suspect_expr() -> str:
+    (target,) = [t for t in dashboard_targets() if t.panel == "Leak suspects"]
+    return target.expr
+
+
+def site_of(series: dict[str, Any]) -> tuple[str, str]:
+    metric = series["metric"]
+    return Path(metric.get("code_file_path", "")).name, metric.get("code_line_number", "")
+
+
+@dataclass
+class Stack:
+    prom: Prometheus
+    demos: dict[str, Demo]
+    started: float  # when Prometheus started scraping
+
+    def elapsed(self) -> int:
+        return int(time.time() - self.started)
+
+    def suspects(self, demo: Demo, at: float | None = None) -> list[dict[str, Any]]:
+        """The leak-suspect panel's rows, largest growth first."""
+        expr = fill_in(leak_suspect_expr(), demo.instance, max(1, self.elapsed()))
+        result = self.prom.query(expr, at=at)
+        return sorted(result, key=lambda s: float(s["value"][1]), reverse=True)
+
+    def wait_for_leak(self, demo: Demo, timeout: float) -> list[dict[str, Any]]:
+        """Waits until the leak-suspect panel names the leaking line for
+        demo, and the alert's window (shrunk) has passed."""
+        leak = ("demo_service.py", str(leaking_line()))
+        deadline = time.monotonic() + timeout
+        while True:
+            time.sleep(2)
+            rows = self.suspects(demo)
+            if self.elapsed() > SHORT_WINDOW + 5 and leak in [site_of(r) for r in rows]:
+                return rows
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"{demo.name}: no leak suspect at {leak} after {self.elapsed()}s: "
+                    f"{[site_of(r) for r in rows]}\ntargets: {self.prom.targets()}\n"
+                    f"demo output: {demo.output.read_text(errors='replace')}\n{self.prom.log()}"
+                )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    binary = require_tool("prometheus")
+    if not DEMO.exists():
+        pytest.fail(f"{DEMO} is missing")
+    tmp_path = tmp_path_factory.mktemp("e2e")
+    demos: dict[str, Demo] = {}
+    try:
+        demos["exact"] = start_demo(tmp_path, "exact", {"HEAPWATCH_MODE": "exact"})
+        demos["sample"] = start_demo(
+            tmp_path,
+            "sample",
+            {"HEAPWATCH_MODE": "sample", "HEAPWATCH_SAMPLE_INTERVAL": "16KiB"},
+        )
+        with Prometheus(binary, prometheus_config(demos), tmp_path / "prometheus") as prom:
+            yield Stack(prom, demos, time.time())
+    finally:
+        for demo in demos.values():
+            stop_process(demo.proc)
+
+
+def test_every_dashboard_query_returns_data(stack: Stack) -> None:
+    """Exact mode: the agent sees every allocation, so the leaking line grows
+    in every cycle and every panel has something to show."""
+    demo = stack.demos["exact"]
+    prom = stack.prom
+    leak = ("demo_service.py", str(leaking_line()))
+    stack.wait_for_leak(demo, DEADLINE)
+
+    # Every target of every panel.
+    end = time.time()
+    elapsed = int(end - stack.started)
+    empty = []
+    for target in dashboard_targets():
+        expr = fill_in(target.expr, demo.instance, elapsed)
+        if target.instant:
+            result = prom.query(expr, at=end)
+        else:
+            result = prom.query_range(expr, stack.started, end, SCRAPE_SECONDS)
+            result = [s for s in result if s["values"]]
+        if not result:
+            empty.append(f"{target.panel} [{target.ref_id}]: {expr}")
+    assert not empty, "queries that returned no data:\n" + "\n".join(empty)
+
+    # The leak-suspect panel names the leaking line first: it grows fastest
+    # of the sites that grew in every cycle.
+    rows = stack.suspects(demo, at=end)
+    assert rows and site_of(rows[0]) == leak, [site_of(r) for r in rows]
+
+    # The leak-suspect alert's expression, over a window shrunk to fit the
+    # run, names it too.
+    rules = [rule for group in prom.api("rules")["groups"] for rule in group["rules"]]
+    (alert,) = [r for r in rules if r["name"] == "HeapwatchLeakSuspect"]
+    short = alert["query"].replace("30m", f"{SHORT_WINDOW}s")
+    found = {(site_of(s), s["metric"]["instance"]) for s in prom.query(short)}
+    assert (leak, demo.instance) in found, found
+
+
+def test_rules_evaluate_on_real_series(stack: Stack) -> None:
+    """The alert and recording rules run without errors on the agents' real
+    series, and the demo's job gets its limit from heapwatch-limits.yml."""
+    deadline = time.monotonic() + 30
+    while True:
+        rules = [r for g in stack.prom.api("rules")["groups"] for r in g["rules"]]
+        # A rule's health is "unknown" until its first evaluation.
+        if len(rules) >= 7 and all(r.get("health") != "unknown" for r in rules):
+            break
+        assert time.monotonic() < deadline, rules
+        time.sleep(1)
+    broken = [(r["name"], r.get("lastError")) for r in rules if r.get("health") != "ok"]
+    assert not broken, broken
+    limit = stack.prom.query(f'heapwatch:traced_limit_bytes{{job="{JOB}"}}')
+    assert [float(s["value"][1]) for s in limit] == [256 * 1024 * 1024]
+
+
+def test_variables_list_the_job_and_instances(stack: Stack) -> None:
+    """The Job and Instance variables: Grafana's label_values() are these
+    label-values queries."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    variables = {v["name"]: v["query"] for v in dashboard["templating"]["list"]}
+    match = re.fullmatch(r"label_values\((.*), (\w+)\)", variables["job"])
+    assert match and match.group(2) == "job"
+    jobs = stack.prom.api("label/job/values", **{"match[]": match.group(1)})
+    assert JOB in jobs
+    match = re.fullmatch(r"label_values\((.*), (\w+)\)", variables["instance"])
+    assert match and match.group(2) == "instance"
+    selector = match.group(1).replace("$job", JOB)
+    instances = stack.prom.api("label/instance/values", **{"match[]": selector})
+    assert sorted(instances) == sorted(d.instance for d in stack.demos.values())
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="sample mode misestimates allocations made in short-lived threads (the demo "
+    "serves each request in a new thread): the leaking line is often never sampled",
+)
+def test_sample_mode_leak_is_a_suspect(stack: Stack) -> None:
+    """Sample mode: the leaking line's estimate moves by samples, never down."""
+    rows = stack.wait_for_leak(stack.demos["sample"], 60)
+    assert site_of(rows[0]) == ("demo_service.py", str(leaking_line()))

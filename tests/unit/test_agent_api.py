@@ -1,0 +1,59 @@
+"""heapwatch's public agent API: names, laziness."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import heapwatch
+
+AGENT_NAMES = {
+    "Agent",
+    "AgentConfig",
+    "ConfigError",
+    "CycleResult",
+    "HeapwatchError",
+    "Site",
+    "__version__",
+    "get_agent",
+    "start_agent",
+    "stop_agent",
+}
+
+
+def test_the_agent_api_is_public() -> None:
+    assert set(heapwatch.__all__) >= AGENT_NAMES
+    for name in AGENT_NAMES:
+        assert getattr(heapwatch, name) is not None
+    assert set(dir(heapwatch)) >= AGENT_NAMES
+    from heapwatch import _agent, _config
+
+    assert heapwatch.start_agent is _agent.start_agent
+    assert heapwatch.AgentConfig is _config.AgentConfig
+    assert issubclass(heapwatch.ConfigError, heapwatch.HeapwatchError)
+
+
+def test_unknown_attributes_raise_attribute_error() -> None:
+    try:
+        heapwatch.no_such_thing  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as error:
+        assert "no_such_thing" in str(error)
+    else:
+        raise AssertionError("no AttributeError")
+
+
+def test_import_heapwatch_stays_light() -> None:
+    # Given a fresh interpreter, importing heapwatch loads no agent, core or exporter
+    code = (
+        "import sys, heapwatch\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('heapwatch', 'prometheus', "
+        "'opentelemetry'))))\n"
+        "print('threading' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    modules, threading = done.stdout.splitlines()
+    for heavy in ("heapwatch._agent", "heapwatch._core", "prometheus_client", "opentelemetry"):
+        assert heavy not in modules
+    assert threading == "False"

@@ -1,0 +1,246 @@
+"""The agent's configuration: parsing, environment fallbacks, values from code."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from heapwatch import HeapwatchError, _autostart, _config
+from heapwatch._config import (
+    DEFAULTS,
+    AgentConfig,
+    ConfigError,
+    parse_bool,
+    parse_duration,
+    parse_size,
+    to_environ,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("524288", 524288),
+        ("512KiB", 512 * 1024),
+        ("512 KiB", 512 * 1024),
+        ("512kib", 512 * 1024),
+        ("1MiB", 1 << 20),
+        ("1.5MB", 1_500_000),
+        ("64k", 65536),
+        ("2K", 2048),
+        ("1GiB", 1 << 30),
+        ("10B", 10),
+        ("1e3", 1000),
+    ],
+)
+def test_sizes_accept_units(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "KiB", "abc", "0", "-1KiB", "2TiB", "1.5parsecs", "nan"])
+def test_sizes_refuse_nonsense_and_say_what_is_accepted(text: str) -> None:
+    with pytest.raises(ValueError, match="such as 524288, 512KiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("10", 10.0), ("10s", 10.0), ("500ms", 0.5), ("1m", 60.0), ("1.5min", 90.0), ("1h", 3600.0)],
+)
+def test_durations_accept_units(text: str, expected: float) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "1ms", "2d", "ten", "inf", "nan", "90000"])
+def test_durations_refuse_out_of_range_and_nonsense(text: str) -> None:
+    with pytest.raises(ValueError, match=r"a duration from 0\.05s to 86400s"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("word", ["1", "true", "TRUE", "yes", "on", " y "])
+def test_true_words(word: str) -> None:
+    assert parse_bool(word) is True
+
+
+@pytest.mark.parametrize("word", ["0", "false", "No", "off", "n"])
+def test_false_words(word: str) -> None:
+    assert parse_bool(word) is False
+
+
+def test_autostart_knows_the_same_false_words_as_the_parser() -> None:
+    # _autostart recognises "off" without importing _config; the two must agree.
+    assert set(_autostart._FALSE_WORDS) - {""} == set(_config._FALSE_WORDS)
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    assert AgentConfig.from_env({}) == DEFAULTS
+    assert DEFAULTS.enabled is True
+    assert DEFAULTS.mode == "sample"
+    assert DEFAULTS.sample_interval == 512 * 1024
+    assert DEFAULTS.nframe == 1
+    assert DEFAULTS.interval == 10.0
+    assert DEFAULTS.top == 20
+    assert DEFAULTS.exporters == ("prometheus",)
+    assert DEFAULTS.host == "127.0.0.1"
+    assert DEFAULTS.port == 9438
+    assert DEFAULTS.port_range == 32
+
+
+def test_every_variable_is_read_from_the_environment() -> None:
+    env = {
+        "HEAPWATCH_ENABLED": "yes",
+        "HEAPWATCH_MODE": "exact",
+        "HEAPWATCH_SAMPLE_INTERVAL": "64KiB",
+        "HEAPWATCH_NFRAME": "5",
+        "HEAPWATCH_INTERVAL": "500ms",
+        "HEAPWATCH_TOP": "3",
+        "HEAPWATCH_EXPORTERS": "otlp, prometheus",
+        "HEAPWATCH_HOST": "0.0.0.0",
+        "HEAPWATCH_PORT": "9500",
+        "HEAPWATCH_PORT_RANGE": "4",
+    }
+    assert AgentConfig.from_env(env) == AgentConfig(
+        enabled=True,
+        mode="exact",
+        sample_interval=65536,
+        nframe=5,
+        interval=0.5,
+        top=3,
+        exporters=("otlp", "prometheus"),
+        host="0.0.0.0",
+        port=9500,
+        port_range=4,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("none", ()), ("PROMETHEUS", ("prometheus",)), ("prometheus,prometheus", ("prometheus",))],
+)
+def test_exporter_lists(text: str, expected: tuple[str, ...]) -> None:
+    assert AgentConfig.from_env({"HEAPWATCH_EXPORTERS": text}).exporters == expected
+
+
+def test_empty_variables_count_as_unset(caplog: pytest.LogCaptureFixture) -> None:
+    env = {"HEAPWATCH_INTERVAL": "", "HEAPWATCH_PORT": "  "}
+    assert AgentConfig.from_env(env) == DEFAULTS
+    assert not caplog.records
+
+
+BAD_VALUES = [
+    ("HEAPWATCH_MODE", "fast", "'sample'", "mode", "sample"),
+    ("HEAPWATCH_SAMPLE_INTERVAL", "lots", "512KiB", "sample_interval", 512 * 1024),
+    ("HEAPWATCH_SAMPLE_INTERVAL", "0", "from 1 to", "sample_interval", 512 * 1024),
+    ("HEAPWATCH_NFRAME", "0", "from 1 to 65535", "nframe", 1),
+    ("HEAPWATCH_NFRAME", "two", "from 1 to 65535", "nframe", 1),
+    ("HEAPWATCH_INTERVAL", "soon", "10s, 500ms", "interval", 10.0),
+    ("HEAPWATCH_INTERVAL", "0", "10s, 500ms", "interval", 10.0),
+    ("HEAPWATCH_TOP", "-1", "from 0 to 1000", "top", 20),
+    ("HEAPWATCH_EXPORTERS", "zipkin", "prometheus and otlp, or none", "exporters", ("prometheus",)),
+    (
+        "HEAPWATCH_EXPORTERS",
+        "none,otlp",
+        "prometheus and otlp, or none",
+        "exporters",
+        ("prometheus",),
+    ),
+    ("HEAPWATCH_HOST", "local host", "127.0.0.1, 0.0.0.0", "host", "127.0.0.1"),
+    ("HEAPWATCH_PORT", "70000", "from 0 to 65535", "port", 9438),
+    ("HEAPWATCH_PORT", "http", "from 0 to 65535", "port", 9438),
+    ("HEAPWATCH_PORT_RANGE", "0", "from 1 to 1024", "port_range", 32),
+]
+
+
+@pytest.mark.parametrize(("variable", "text", "accepted", "name", "default"), BAD_VALUES)
+def test_a_bad_environment_value_warns_and_the_default_applies(  # noqa: PLR0917
+    caplog: pytest.LogCaptureFixture,
+    variable: str,
+    text: str,
+    accepted: str,
+    name: str,
+    default: object,
+) -> None:
+    # Given a bad value next to a good one
+    env = {variable: text, "HEAPWATCH_TOP": "7"} if name != "top" else {variable: text}
+    # When the configuration is read
+    with caplog.at_level(logging.WARNING, logger="heapwatch.config"):
+        config = AgentConfig.from_env(env)
+    # Then one warning names the variable, the value and what is accepted
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert variable in message
+    assert repr(text) in message
+    assert accepted in message
+    # and the default applies, the other settings being kept
+    assert getattr(config, name) == default
+    if name != "top":
+        assert config.top == 7
+
+
+def test_a_bad_enabled_value_warns_and_switches_heapwatch_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="heapwatch.config"):
+        config = AgentConfig.from_env({"HEAPWATCH_ENABLED": "maybe"})
+    assert config.enabled is False
+    message = caplog.records[0].getMessage()
+    assert "HEAPWATCH_ENABLED='maybe'" in message
+    assert "true/false, 1/0, yes/no or on/off" in message
+    assert "using false" in message
+
+
+def test_code_values_override_the_environment() -> None:
+    config = AgentConfig.from_env(
+        {"HEAPWATCH_INTERVAL": "30", "HEAPWATCH_TOP": "5"}, interval=2, sample_interval="1MiB"
+    )
+    assert config.interval == 2.0
+    assert config.sample_interval == 1 << 20
+    assert config.top == 5
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("interval", 0, "interval=0 is invalid: expected a duration"),
+        ("top", "many", "top='many' is invalid"),
+        ("port", True, "port must not be a bool"),
+        ("exporters", ["prometheus", "statsd"], "exporters="),
+        ("mode", 3.5, "wrong type"),
+        ("colour", "blue", "unknown heapwatch setting 'colour'"),
+    ],
+)
+def test_bad_values_in_code_raise_a_config_error(name: str, value: object, match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        DEFAULTS.replace(**{name: value})
+    assert isinstance(info.value, HeapwatchError)
+    assert isinstance(info.value, ValueError)
+
+
+def test_code_values_accept_python_types() -> None:
+    config = DEFAULTS.replace(
+        enabled=False, interval=0.25, exporters=["otlp"], port=0, sample_interval=4096
+    )
+    assert config.enabled is False
+    assert config.interval == 0.25
+    assert config.exporters == ("otlp",)
+    assert config.port == 0
+    assert config.sample_interval == 4096
+    assert DEFAULTS.replace(exporters=[]).exporters == ()
+
+
+def test_exact_mode_reports_no_sample_interval() -> None:
+    assert DEFAULTS.reported_sample_interval == 512 * 1024
+    assert DEFAULTS.replace(mode="exact").reported_sample_interval == 0
+
+
+def test_to_environ_round_trips() -> None:
+    config = AgentConfig(mode="exact", interval=0.3, exporters=(), port=0, top=0)
+    assert AgentConfig.from_env(to_environ(config)) == config
+
+
+def test_max_nframe_is_the_cores() -> None:
+    from heapwatch import _core
+
+    assert _config.MAX_NFRAME == _core.MAX_NFRAME

@@ -1,0 +1,290 @@
+"""The agent's cycle and thread, on a pure-Python model of the core."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from agent_model import FakeClock, ModelSource, TickingTimer
+from heapwatch import HeapwatchError
+from heapwatch._agent import OTHER_FILE, OTHER_LINE, Agent, Site
+from heapwatch._config import AgentConfig
+
+
+def make_agent(source: ModelSource, **settings: Any) -> Agent:
+    config = AgentConfig(exporters=(), interval=settings.pop("interval", 60.0), **settings)
+    return Agent(config, source=source, exporters=[], clock=FakeClock(), timer=TickingTimer(0.25))
+
+
+def by_site(sites: tuple[Site, ...]) -> dict[tuple[str, int], Site]:
+    return {(site.file, site.line): site for site in sites}
+
+
+def test_first_cycle_is_the_baseline_with_no_growth() -> None:
+    # Given memory at two sites
+    source = ModelSource()
+    source.allocate("app.py", 10, 1000, 2)
+    source.allocate("lib.py", 5, 300, 3)
+    agent = make_agent(source, top=5)
+    # When the first cycle runs
+    result = agent.run_cycle()
+    # Then it publishes sizes, blocks and no growth
+    assert result.traced == 1300
+    assert result.blocks == 5
+    assert by_site(result.sites) == {
+        ("app.py", 10): Site("app.py", 10, 1000, 2, 0),
+        ("lib.py", 5): Site("lib.py", 5, 300, 3, 0),
+        (OTHER_FILE, OTHER_LINE): Site(OTHER_FILE, OTHER_LINE, 0, 0, 0),
+    }
+
+
+def test_growth_is_the_change_since_the_previous_cycle() -> None:
+    source = ModelSource()
+    source.allocate("app.py", 10, 1000)
+    agent = make_agent(source, top=5)
+    agent.run_cycle()
+    # When the leak grows and another site shrinks to nothing between cycles
+    source.allocate("app.py", 10, 500)
+    source.allocate("new.py", 1, 64)
+    result = agent.run_cycle()
+    sites = by_site(result.sites)
+    assert sites["app.py", 10].growth == 500
+    assert sites["new.py", 1].growth == 64
+    source.allocate("app.py", 10, 250)
+    source.free("new.py", 1, 64)
+    result = agent.run_cycle()
+    assert by_site(result.sites)["app.py", 10].growth == 250
+    # new.py vanished: its -64 goes to <other>, so growths still sum to the change
+    assert by_site(result.sites)[OTHER_FILE, OTHER_LINE].growth == -64
+    assert sum(site.growth for site in result.sites) == 250 - 64
+
+
+def test_only_the_top_sites_get_series_and_other_sums_the_rest() -> None:
+    source = ModelSource()
+    for line in range(1, 11):
+        source.allocate("app.py", line, line * 100, line)
+    agent = make_agent(source, top=3)
+    first = agent.run_cycle()
+    assert [(s.file, s.line) for s in first.sites] == [
+        ("app.py", 10),
+        ("app.py", 9),
+        ("app.py", 8),
+        (OTHER_FILE, OTHER_LINE),
+    ]
+    other = first.sites[-1]
+    assert other.size == sum(line * 100 for line in range(1, 8))
+    assert other.blocks == sum(range(1, 8))
+    # sum() over sites equals the traced total
+    assert sum(site.size for site in first.sites) == first.traced
+    assert sum(site.blocks for site in first.sites) == first.blocks
+    # When a small site grows outside the top, <other> carries its growth
+    source.allocate("app.py", 1, 50)
+    second = agent.run_cycle()
+    assert second.sites[-1].growth == 50
+    assert sum(site.growth for site in second.sites) == second.traced - first.traced
+
+
+def test_top_zero_publishes_only_other() -> None:
+    source = ModelSource()
+    source.allocate("app.py", 1, 10)
+    result = make_agent(source, top=0).run_cycle()
+    assert result.sites == (Site(OTHER_FILE, OTHER_LINE, 10, 1, 0),)
+
+
+def test_peak_is_the_peak_during_the_interval_and_resets() -> None:
+    source = ModelSource()
+    agent = make_agent(source)
+    source.allocate("app.py", 1, 5000)
+    source.free("app.py", 1, 4000)
+    assert agent.run_cycle().peak == 5000
+    assert agent.run_cycle().peak == 1000
+
+
+def test_the_result_carries_clock_timer_overhead_and_drops() -> None:
+    source = ModelSource()
+    source.memory = 12345
+    source.dropped_count = 3
+    clock = FakeClock(1000.0)
+    agent = Agent(
+        AgentConfig(exporters=()), source=source, exporters=[], clock=clock, timer=TickingTimer(0.5)
+    )
+    result = agent.run_cycle()
+    assert result.timestamp == 1000.0
+    assert result.duration == 0.5
+    assert result.tracer_memory == 12345
+    assert result.dropped == 3
+    assert source.drains == 1
+
+
+def test_readings_before_and_after_a_cycle() -> None:
+    source = ModelSource(mode="sample", sample_interval=4096)
+    agent = make_agent(source, mode="sample", sample_interval=4096)
+    readings = agent.readings()
+    assert readings.result is None
+    assert (readings.cycles, readings.errors) == (0, 0)
+    assert (readings.mode, readings.sample_interval) == ("sample", 4096)
+    result = agent.run_cycle()
+    readings = agent.readings()
+    assert readings.result == result
+    assert readings.cycles == 1
+
+
+def test_exact_mode_reads_sample_interval_zero() -> None:
+    agent = make_agent(ModelSource(), mode="exact")
+    assert agent.start()
+    try:
+        assert agent.readings().sample_interval == 0
+    finally:
+        agent.stop()
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+def test_the_thread_is_a_named_daemon_that_cycles_every_interval() -> None:
+    source = ModelSource()
+    agent = make_agent(source, interval=0.05)
+    assert agent.start()
+    try:
+        (thread,) = [t for t in threading.enumerate() if t.name == "heapwatch-agent"]
+        assert thread.daemon
+        assert source.started_with == (1, "sample", 512 * 1024)
+        wait_for(lambda: agent.readings().cycles >= 3)
+    finally:
+        assert agent.stop()
+    assert not thread.is_alive()
+
+
+def test_stop_runs_one_last_cycle_and_is_idempotent() -> None:
+    source = ModelSource()
+    agent = make_agent(source, interval=3600)
+    agent.start()
+    wait_for(lambda: agent.readings().cycles == 1)
+    source.allocate("late.py", 1, 99)
+    assert agent.stop(timeout=5)
+    readings = agent.readings()
+    assert readings.cycles == 2
+    assert readings.result is not None and readings.result.traced == 99
+    assert agent.stop() is True
+    assert agent.running is False
+    assert source.tracing is False  # the agent started tracing, so it stops it
+
+
+def test_stop_is_bounded_by_its_deadline_when_a_cycle_hangs() -> None:
+    source = ModelSource()
+    source.hang = threading.Event()
+    agent = make_agent(source, interval=3600)
+    agent.start()
+    try:
+        started = time.monotonic()
+        assert agent.stop(timeout=0.3) is False
+        assert time.monotonic() - started < 2.0
+    finally:
+        source.hang.set()
+
+
+def test_a_failing_cycle_is_logged_once_counted_and_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = ModelSource()
+    source.fail = RuntimeError("snapshot went wrong")
+    agent = make_agent(source, interval=0.02)
+    with caplog.at_level(logging.DEBUG, logger="heapwatch.agent"):
+        agent.start()
+        wait_for(lambda: agent.readings().errors >= 3)
+        source.fail = None
+        wait_for(lambda: agent.readings().result is not None)
+        agent.stop()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "retrying every 0.02s" in errors[0].getMessage()
+    assert errors[0].exc_info is not None
+    assert any("succeeded again" in r.getMessage() for r in caplog.records)
+    readings = agent.readings()
+    assert readings.cycles > readings.errors >= 3
+
+
+def test_a_source_that_cannot_start_leaves_the_agent_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = ModelSource()
+    source.start_error = RuntimeError("the stdlib tracemalloc module is tracing")
+    agent = make_agent(source)
+    with caplog.at_level(logging.WARNING, logger="heapwatch.agent"):
+        assert agent.start() is False
+    assert "stdlib tracemalloc module is tracing" in caplog.records[0].getMessage()
+    assert agent.running is False
+    assert not [t for t in threading.enumerate() if t.name == "heapwatch-agent"]
+
+
+def test_an_agent_does_not_restart_after_stop() -> None:
+    agent = make_agent(ModelSource())
+    agent.start()
+    agent.stop()
+    with pytest.raises(HeapwatchError, match="cannot restart"):
+        agent.start()
+
+
+def test_tracing_started_by_someone_else_is_left_running() -> None:
+    source = ModelSource()
+    source.tracing = True
+    agent = make_agent(source)
+    assert agent.start()
+    agent.stop()
+    assert source.tracing is True
+
+
+class RecordingExporter:
+    def __init__(self, name: str, fail_start: bool = False, fail_shutdown: bool = False) -> None:
+        self.name = name
+        self.fail_start = fail_start
+        self.fail_shutdown = fail_shutdown
+        self.events: list[str] = []
+
+    def start(self, agent: Agent) -> None:
+        self.events.append("start")
+        if self.fail_start:
+            raise OSError("cannot start")
+
+    def shutdown(self, timeout: float) -> None:
+        self.events.append("shutdown")
+        if self.fail_shutdown:
+            raise OSError("cannot shut down")
+
+    def after_fork_in_child(self) -> None:
+        self.events.append("fork")
+
+
+def test_exporter_failures_are_logged_never_raised(caplog: pytest.LogCaptureFixture) -> None:
+    good = RecordingExporter("good", fail_shutdown=True)
+    bad = RecordingExporter("bad", fail_start=True)
+    agent = Agent(AgentConfig(exporters=()), source=ModelSource(), exporters=[bad, good])
+    with caplog.at_level(logging.ERROR, logger="heapwatch.agent"):
+        assert agent.start()
+        assert agent.exporters == (good,)
+        assert agent.stop()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("'bad' failed to start" in m for m in messages)
+    assert any("'good' failed to shut down" in m for m in messages)
+    assert good.events == ["start", "shutdown"]
+
+
+def test_exporters_added_and_removed_while_running() -> None:
+    agent = make_agent(ModelSource())
+    agent.start()
+    late = RecordingExporter("late")
+    assert agent.add_exporter(late)
+    assert late in agent.exporters
+    agent.remove_exporter(late)
+    assert late.events == ["start", "shutdown"]
+    assert late not in agent.exporters
+    agent.stop()

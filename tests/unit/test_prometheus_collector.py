@@ -1,0 +1,269 @@
+"""The Prometheus collector and the WSGI/ASGI apps, with injected readings and registries."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import sys
+from typing import Any
+from wsgiref.util import setup_testing_defaults
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent_model import FakeClock, ModelSource, TickingTimer
+from heapwatch import __version__
+from heapwatch._agent import Agent, CycleResult, Readings, Site
+from heapwatch._config import AgentConfig
+from heapwatch_exporters.prometheus import (
+    HeapwatchCollector,
+    PrometheusExporter,
+    make_asgi_app,
+    make_wsgi_app,
+)
+
+RESULT = CycleResult(
+    timestamp=1_700_000_123.5,
+    duration=0.0125,
+    traced=10_000,
+    peak=12_000,
+    blocks=40,
+    tracer_memory=2048,
+    dropped=2,
+    sites=(
+        Site("/srv/app.py", 42, 7000, 10, 500),
+        Site("/srv/lib.py", 7, 2000, 20, -100),
+        Site("<other>", 0, 1000, 10, 0),
+    ),
+)
+READINGS = Readings(RESULT, cycles=12, errors=1, mode="sample", sample_interval=524288)
+
+# Fixed names: the Grafana dashboard and the alert rules use them.
+FIXED_NAMES = {
+    "heapwatch_info",
+    "heapwatch_traced_bytes",
+    "heapwatch_traced_peak_bytes",
+    "heapwatch_traced_blocks",
+    "heapwatch_lineno_size_bytes",
+    "heapwatch_lineno_blocks",
+    "heapwatch_lineno_growth_bytes",
+    "heapwatch_tracer_memory_bytes",
+    "heapwatch_cycle_duration_seconds",
+    "heapwatch_sample_interval_bytes",
+    "heapwatch_dropped_traces_total",
+    "heapwatch_cycles_total",
+    "heapwatch_cycle_errors_total",
+    "heapwatch_last_cycle_timestamp_seconds",
+}
+
+
+def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def collect_registry(readings: Readings | None) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    HeapwatchCollector(source=lambda: readings, registry=registry, python_version="3.11.7")
+    return registry
+
+
+def test_every_fixed_name_is_published_with_its_value() -> None:
+    values = samples(collect_registry(READINGS))
+    assert {name for name, _ in values} == FIXED_NAMES
+    assert values["heapwatch_traced_bytes", ()] == 10_000
+    assert values["heapwatch_traced_peak_bytes", ()] == 12_000
+    assert values["heapwatch_traced_blocks", ()] == 40
+    assert values["heapwatch_tracer_memory_bytes", ()] == 2048
+    assert values["heapwatch_cycle_duration_seconds", ()] == 0.0125
+    assert values["heapwatch_sample_interval_bytes", ()] == 524288
+    assert values["heapwatch_dropped_traces_total", ()] == 2
+    assert values["heapwatch_cycles_total", ()] == 12
+    assert values["heapwatch_cycle_errors_total", ()] == 1
+    assert values["heapwatch_last_cycle_timestamp_seconds", ()] == 1_700_000_123.5
+    info = (("mode", "sample"), ("python_version", "3.11.7"), ("version", __version__))
+    assert values["heapwatch_info", info] == 1
+
+
+def test_sites_are_labelled_by_file_and_line_and_sum_to_the_total() -> None:
+    values = samples(collect_registry(READINGS))
+    app = (("code_file_path", "/srv/app.py"), ("code_line_number", "42"))
+    other = (("code_file_path", "<other>"), ("code_line_number", "0"))
+    assert values["heapwatch_lineno_size_bytes", app] == 7000
+    assert values["heapwatch_lineno_blocks", app] == 10
+    assert values["heapwatch_lineno_growth_bytes", app] == 500
+    assert values["heapwatch_lineno_size_bytes", other] == 1000
+    sizes = [v for (name, _), v in values.items() if name == "heapwatch_lineno_size_bytes"]
+    assert sum(sizes) == values["heapwatch_traced_bytes", ()]
+
+
+def test_before_the_first_cycle_only_the_counters_and_info_are_published() -> None:
+    readings = Readings(None, cycles=0, errors=0, mode="exact", sample_interval=0)
+    names = {name for name, _ in samples(collect_registry(readings))}
+    assert names == {
+        "heapwatch_info",
+        "heapwatch_sample_interval_bytes",
+        "heapwatch_cycles_total",
+        "heapwatch_cycle_errors_total",
+    }
+
+
+def test_no_agent_publishes_nothing() -> None:
+    assert samples(collect_registry(None)) == {}
+
+
+def test_a_failing_source_fails_no_scrape(caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> Readings:
+        raise RuntimeError("broken")
+
+    registry = CollectorRegistry()
+    HeapwatchCollector(source=broken, registry=registry)
+    with caplog.at_level(logging.ERROR, logger="heapwatch.prometheus"):
+        assert generate_latest(registry) == b""
+    assert "readings unavailable" in caplog.records[0].getMessage()
+
+
+def test_registering_reads_nothing() -> None:
+    calls = []
+
+    def source() -> Readings:
+        calls.append(1)
+        return READINGS
+
+    registry = CollectorRegistry()
+    HeapwatchCollector(source=source, registry=registry)
+    assert calls == []
+    generate_latest(registry)
+    assert calls == [1]
+
+
+def test_describe_lists_every_family_without_samples() -> None:
+    collector = HeapwatchCollector(source=lambda: READINGS)
+    described = list(collector.describe())
+    assert all(not family.samples for family in described)
+    names = {family.name for family in described}
+    # families carry counters without their _total suffix
+    assert names == {name.removesuffix("_total").removesuffix("_info") for name in FIXED_NAMES} | {
+        "heapwatch"
+    } - {"heapwatch_info"}
+
+
+def test_openmetrics_output_parses_with_units() -> None:
+    text = generate_openmetrics(collect_registry(READINGS)).decode()
+    assert text.endswith("# EOF\n")
+    assert "# UNIT heapwatch_traced_bytes bytes" in text
+    assert "# UNIT heapwatch_cycle_duration_seconds seconds" in text
+    families = {family.name: family for family in parse_om(text)}
+    assert families["heapwatch_cycles"].type == "counter"
+    assert families["heapwatch"].type == "info"
+
+
+def wsgi_get(app: Any, accept: str = "") -> tuple[str, dict[str, str], bytes]:
+    environ: dict[str, Any] = {"PATH_INFO": "/metrics", "wsgi.errors": io.StringIO()}
+    if accept:
+        environ["HTTP_ACCEPT"] = accept
+    setup_testing_defaults(environ)
+    response: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        response["status"], response["headers"] = status, dict(headers)
+
+    body = b"".join(app(environ, start_response))
+    return response["status"], response["headers"], body
+
+
+def model_agent() -> Agent:
+    source = ModelSource()
+    source.allocate("app.py", 3, 4096)
+    agent = Agent(
+        AgentConfig(exporters=()),
+        source=source,
+        exporters=[],
+        clock=FakeClock(),
+        timer=TickingTimer(0.1),
+    )
+    agent.run_cycle()
+    return agent
+
+
+def test_the_wsgi_app_serves_an_agent_and_negotiates_openmetrics() -> None:
+    app = make_wsgi_app(model_agent())
+    status, headers, body = wsgi_get(app)
+    assert status == "200 OK"
+    assert headers["Content-Type"].startswith("text/plain")
+    assert (
+        b'heapwatch_lineno_size_bytes{code_file_path="app.py",code_line_number="3"} 4096.0' in body
+    )
+    assert b"process_" in body or not sys.platform.startswith("linux")
+    status, headers, body = wsgi_get(app, accept="application/openmetrics-text; version=1.0.0")
+    assert headers["Content-Type"].startswith("application/openmetrics-text")
+    assert body.endswith(b"# EOF\n")
+
+
+def test_the_wsgi_app_without_an_agent_answers_503() -> None:
+    status, _, body = wsgi_get(make_wsgi_app())
+    assert status.startswith("503")
+    assert b"not running" in body
+
+
+def asgi_get(app: Any) -> tuple[int, bytes]:
+    messages: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/metrics",
+        "query_string": b"",
+        "headers": [],
+    }
+    asyncio.run(app(scope, receive, send))
+    status = next(m["status"] for m in messages if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+    return status, body
+
+
+def test_the_asgi_app_serves_an_agent() -> None:
+    status, body = asgi_get(make_asgi_app(model_agent()))
+    assert status == 200
+    assert b"heapwatch_traced_bytes 4096.0" in body
+    assert asgi_get(make_asgi_app())[0] == 503
+
+
+def test_the_exporter_publishes_to_a_given_registry_and_leaves_it_clean() -> None:
+    registry = CollectorRegistry()
+    agent = model_agent()
+    exporter = PrometheusExporter(registry=registry)
+    exporter.start(agent)
+    assert agent.router.paths() == ["/metrics"]
+    assert ("heapwatch_traced_bytes", ()) in samples(registry)
+    # its own registry has no process collector: the application's has one already
+    assert not any(name.startswith("process_") for name, _ in samples(registry))
+    exporter.shutdown(1.0)
+    assert samples(registry) == {}
+    # and a new agent can register there again
+    PrometheusExporter(registry=registry).start(model_agent())
+
+
+def test_heapwatchs_own_registry_has_the_process_collector() -> None:
+    agent = model_agent()
+    exporter = PrometheusExporter()
+    exporter.start(agent)
+    assert exporter.registry is not None
+    names = {name for name, _ in samples(exporter.registry)}
+    if sys.platform.startswith("linux"):
+        assert "process_resident_memory_bytes" in names
+    assert "heapwatch_traced_bytes" in names
