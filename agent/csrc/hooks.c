@@ -47,7 +47,8 @@ drain_pending_call(void *arg)
 static void
 maybe_queue_drain(size_t graveyard_len)
 {
-    if (graveyard_len < GRAVEYARD_DRAIN_AT || !hw_load_int(&hw_tracer.recording)) {
+    if (graveyard_len < GRAVEYARD_DRAIN_AT ||
+        !(hw_load_int(&hw_tracer.hook_state) & HW_STATE_RECORDING)) {
         return;
     }
     if (__atomic_exchange_n(&drain_queued, 1, __ATOMIC_RELAXED)) {
@@ -93,13 +94,25 @@ record_block(void *ptr, size_t size, int gil_domain)
     }
 }
 
+/* Whether ptr may have a trace, without the lock.  In sample mode a clear
+ * filter bit proves it has none; in exact mode only an empty table does. */
 static inline int
-maybe_traced(const void *ptr)
+maybe_traced(int state, const void *ptr)
 {
-    if (hw_load_int(&hw_tracer.mode) == HW_MODE_SAMPLE) {
+    if (state & HW_STATE_SAMPLE) {
         return hw_filter_maybe(ptr);
     }
     return __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED) != 0;
+}
+
+/* Whether a new block of size bytes is to be recorded. */
+static inline int
+wants_record(int state, hw_tls_t *tls, size_t size)
+{
+    if (!(state & HW_STATE_RECORDING)) {
+        return 0;
+    }
+    return !(state & HW_STATE_SAMPLE) || hw_sample_take(tls, size);
 }
 
 static inline void *
@@ -112,12 +125,10 @@ hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
     }
     tls->reentrant = 1;
     void *ptr = zeroed ? a->calloc(a->ctx, nelem, elsize) : a->malloc(a->ctx, elsize);
-    if (ptr != NULL && hw_load_int(&hw_tracer.tracing) && hw_load_int(&hw_tracer.recording)) {
-        /* calloc: the wrapped allocator checked nelem * elsize for overflow */
-        size_t size = nelem * elsize;
-        if (hw_load_int(&hw_tracer.mode) == HW_MODE_EXACT || hw_sample_take(tls, size)) {
-            record_block(ptr, size, gil_domain);
-        }
+    int state = hw_load_int(&hw_tracer.hook_state);
+    /* calloc: the wrapped allocator checked nelem * elsize for overflow */
+    if (ptr != NULL && wants_record(state, tls, nelem * elsize)) {
+        record_block(ptr, nelem * elsize, gil_domain);
     }
     tls->reentrant = 0;
     return ptr;
@@ -168,13 +179,13 @@ hook_realloc(int d, int gil_domain, void *ptr, size_t size)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
     hw_tls_t *tls = &hw_tls;
-    if (tls->reentrant || !hw_load_int(&hw_tracer.tracing)) {
+    int state = hw_load_int(&hw_tracer.hook_state);
+    if (tls->reentrant || !(state & HW_STATE_TRACING)) {
         return a->realloc(a->ctx, ptr, size);
     }
     tls->reentrant = 1;
-    int was_traced = ptr != NULL && maybe_traced(ptr);
-    int record = hw_load_int(&hw_tracer.recording) &&
-                 (hw_load_int(&hw_tracer.mode) == HW_MODE_EXACT || hw_sample_take(tls, size));
+    int was_traced = ptr != NULL && maybe_traced(state, ptr);
+    int record = wants_record(state, tls, size);
     void *ptr2;
     if (!was_traced && !record) {
         ptr2 = a->realloc(a->ctx, ptr, size);
@@ -186,6 +197,22 @@ hook_realloc(int d, int gil_domain, void *ptr, size_t size)
     return ptr2;
 }
 
+static void
+forget_block(void *ptr, int gil_domain)
+{
+    /* Untrack before freeing: once freed, the address may be reused and
+     * traced by another thread. */
+    hw_lock();
+    if (hw_tracer.tracing) {
+        hw_remove_trace_unlocked(0, (uintptr_t)ptr);
+    }
+    size_t dead = hw_graveyard_len_unlocked();
+    hw_unlock();
+    if (gil_domain) {
+        maybe_queue_drain(dead);
+    }
+}
+
 static inline void
 hook_free(int d, int gil_domain, void *ptr)
 {
@@ -195,18 +222,9 @@ hook_free(int d, int gil_domain, void *ptr)
         a->free(a->ctx, ptr);
         return;
     }
-    if (ptr != NULL && hw_load_int(&hw_tracer.tracing) && maybe_traced(ptr)) {
-        /* Untrack before freeing: once freed, the address may be reused and
-         * traced by another thread. */
-        hw_lock();
-        if (hw_tracer.tracing) {
-            hw_remove_trace_unlocked(0, (uintptr_t)ptr);
-        }
-        size_t dead = hw_graveyard_len_unlocked();
-        hw_unlock();
-        if (gil_domain) {
-            maybe_queue_drain(dead);
-        }
+    int state = hw_load_int(&hw_tracer.hook_state);
+    if ((state & HW_STATE_TRACING) && ptr != NULL && maybe_traced(state, ptr)) {
+        forget_block(ptr, gil_domain);
     }
     tls->reentrant = 1;
     a->free(a->ctx, ptr);

@@ -6,29 +6,51 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "mem.h"
 #include "tracer.h"
 
 __thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
 
-/* Buckets: atomic adds under hw_tables_lock, atomic loads without it. */
-uint32_t hw_sample_filter[1u << HW_FILTER_BITS];
-/* Whether any bucket may be non-zero; hw_tables_lock. */
+/* Bits: atomic or/and under hw_tables_lock, atomic loads without it. */
+uint64_t hw_sample_bits[(1u << HW_FILTER_BITS) / 64];
+/* Live sampled blocks per bucket; hw_tables_lock.  Allocated on first use. */
+static uint32_t *bucket_counts;
+/* Whether any bit may be set; hw_tables_lock. */
 static int filter_dirty;
 
-/* Atomic.  Starts at 1 so that a fresh thread (rng_gen 0) always seeds. */
-static uint32_t hw_rng_generation = 1;
+/* Starts at 1 so that a fresh thread (rng_gen 0) always seeds. */
+uint32_t hw_rng_generation = 1;
 static uint64_t hw_rng_seed;
+/* Distinguishes threads seeded in the same generation: pthread_self() is
+ * reused by successive short-lived threads, which must not share a stream
+ * (tests/core/test_sampling.py::test_short_lived_threads). */
+static uint64_t hw_seed_sequence;
 
 void
 hw_filter_add_unlocked(uintptr_t ptr, int delta)
 {
-    uint32_t *bucket = &hw_sample_filter[hw_filter_slot(ptr)];
+    size_t slot = hw_filter_slot(ptr);
+    uint64_t bit = (uint64_t)1 << (slot % 64);
+    if (bucket_counts == NULL) {
+        bucket_counts = hw_calloc(HW_MEM_TRACER, (size_t)1 << HW_FILTER_BITS, sizeof(uint32_t));
+        if (bucket_counts == NULL) {
+            /* Without counts a bit can never be cleared again: only costs
+             * frees a table lookup, never correctness. */
+            if (delta > 0) {
+                __atomic_fetch_or(&hw_sample_bits[slot / 64], bit, __ATOMIC_RELAXED);
+                filter_dirty = 1;
+            }
+            return;
+        }
+    }
     if (delta > 0) {
-        __atomic_add_fetch(bucket, 1, __ATOMIC_RELAXED);
+        if (bucket_counts[slot]++ == 0) {
+            __atomic_fetch_or(&hw_sample_bits[slot / 64], bit, __ATOMIC_RELAXED);
+        }
         filter_dirty = 1;
     }
-    else {
-        __atomic_sub_fetch(bucket, 1, __ATOMIC_RELAXED);
+    else if (bucket_counts[slot] > 0 && --bucket_counts[slot] == 0) {
+        __atomic_fetch_and(&hw_sample_bits[slot / 64], ~bit, __ATOMIC_RELAXED);
     }
 }
 
@@ -36,9 +58,13 @@ void
 hw_filter_clear_unlocked(void)
 {
     if (filter_dirty) {
-        memset(hw_sample_filter, 0, sizeof(hw_sample_filter));
+        for (size_t i = 0; i < sizeof(hw_sample_bits) / sizeof(hw_sample_bits[0]); i++) {
+            __atomic_store_n(&hw_sample_bits[i], 0, __ATOMIC_RELAXED);
+        }
         filter_dirty = 0;
     }
+    hw_free(HW_MEM_TRACER, bucket_counts);
+    bucket_counts = NULL;
 }
 
 static uint64_t
@@ -106,7 +132,9 @@ hw_sample_slow(hw_tls_t *tls, size_t size)
     uint32_t gen = __atomic_load_n(&hw_rng_generation, __ATOMIC_ACQUIRE);
     if (tls->rng_gen != gen) {
         uint64_t seed = __atomic_load_n(&hw_rng_seed, __ATOMIC_RELAXED);
-        tls->rng = mix64(seed ^ mix64((uint64_t)pthread_self()) ^ ((uint64_t)gen << 1)) | 1;
+        uint64_t sequence = __atomic_add_fetch(&hw_seed_sequence, 1, __ATOMIC_RELAXED);
+        tls->rng = mix64(seed ^ mix64((uint64_t)pthread_self() ^ (sequence << 32)) ^
+                         ((uint64_t)gen << 1)) | 1;
         tls->rng_gen = gen;
         /* The countdown left from before is not from this stream. */
         tls->countdown = draw_countdown(tls) - (int64_t)size;

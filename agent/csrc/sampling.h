@@ -2,13 +2,15 @@
  *
  * Each thread counts down the bytes to its next sample point, drawn from an
  * exponential distribution of mean sample_interval.  The unsampled path is a
- * thread-local subtraction: no lock, no frame walk, no GIL.
+ * thread-local subtraction and one compare: no lock, no frame walk, no GIL.
  *
- * To free a block without a table lookup, hw_sample_filter counts sampled
- * live blocks per hash bucket of their address: a zero bucket proves the
- * block was not sampled.  Buckets change under hw_tables_lock (atomic adds)
- * and are read without it: a free happens after its malloc returned the
- * pointer, so it sees that malloc's increment.
+ * Freeing must know whether a block was sampled without a table lookup.
+ * hw_sample_bits has one bit per hash bucket of addresses, set while some
+ * sampled live block hashes there: a clear bit proves the block was not
+ * sampled.  It is 16 KiB, so the check on every free stays in cache; the
+ * per-bucket counts behind it are only touched under hw_tables_lock, when a
+ * sampled block comes or goes.  A free happens after its malloc returned the
+ * pointer, so it sees the bit that malloc set.
  */
 #ifndef HEAPWATCH_SAMPLING_H
 #define HEAPWATCH_SAMPLING_H
@@ -29,8 +31,12 @@ typedef struct {
  * plain %fs-relative load on the hot path. */
 extern __thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
 
-#define HW_FILTER_BITS 16
-extern uint32_t hw_sample_filter[1u << HW_FILTER_BITS];
+/* Bumped by start() and in a forked child; atomic.  A thread whose rng_gen
+ * differs reseeds and redraws its countdown (under a new interval, too). */
+extern uint32_t hw_rng_generation;
+
+#define HW_FILTER_BITS 17
+extern uint64_t hw_sample_bits[(1u << HW_FILTER_BITS) / 64];
 
 static inline size_t
 hw_filter_slot(uintptr_t ptr)
@@ -41,7 +47,9 @@ hw_filter_slot(uintptr_t ptr)
 static inline int
 hw_filter_maybe(const void *ptr)
 {
-    return __atomic_load_n(&hw_sample_filter[hw_filter_slot((uintptr_t)ptr)], __ATOMIC_RELAXED) != 0;
+    size_t slot = hw_filter_slot((uintptr_t)ptr);
+    uint64_t word = __atomic_load_n(&hw_sample_bits[slot / 64], __ATOMIC_RELAXED);
+    return (word >> (slot % 64)) & 1;
 }
 
 /* hw_tables_lock held. */
@@ -55,13 +63,14 @@ static inline int
 hw_sample_take(hw_tls_t *tls, size_t size)
 {
     tls->countdown -= (int64_t)size;
-    if (HW_LIKELY(tls->countdown > 0)) {
+    if (HW_LIKELY(tls->countdown > 0) &&
+        HW_LIKELY(tls->rng_gen == __atomic_load_n(&hw_rng_generation, __ATOMIC_RELAXED))) {
         return 0;
     }
     return hw_sample_slow(tls, size);
 }
 
-/* Makes every thread reseed at its next sample point (start, fork child). */
+/* Makes every thread reseed at its next allocation (start, fork child). */
 void hw_sampling_reseed_all(void);
 /* For the fork child's only thread: forget the inherited countdown too. */
 void hw_sampling_reset_this_thread(void);

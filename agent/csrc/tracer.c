@@ -1,14 +1,52 @@
 #include "tracer.h"
 
+#include <linux/futex.h>
 #include <math.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "hooks.h"
 #include "mem.h"
 #include "sampling.h"
 #include "sync.h"
 
-pthread_mutex_t hw_tables_lock = PTHREAD_MUTEX_INITIALIZER;
+int hw_tables_lock;
+
+static void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void
+hw_lock_contended(void)
+{
+    /* A short spin first: holders keep the lock for well under a
+     * microsecond. */
+    for (int spins = 0; spins < 100; spins++) {
+        cpu_relax();
+        int expected = 0;
+        if (__atomic_load_n(&hw_tables_lock, __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&hw_tables_lock, &expected, 1, 0, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
+            return;
+        }
+    }
+    while (__atomic_exchange_n(&hw_tables_lock, 2, __ATOMIC_ACQUIRE) != 0) {
+        syscall(SYS_futex, &hw_tables_lock, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+    }
+}
+
+void
+hw_unlock_wake(void)
+{
+    syscall(SYS_futex, &hw_tables_lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 
 hw_tracer_t hw_tracer = {
     .recording = 1,
@@ -19,6 +57,24 @@ hw_tracer_t hw_tracer = {
 
 /* Whether the trace tables exist; GIL and hw_tables_lock. */
 static int tables_ready;
+
+/* Recomputes the hooks' state word from tracing, recording and mode; called
+ * with hw_tables_lock held after any of them changes. */
+static void
+publish_state_unlocked(void)
+{
+    int state = 0;
+    if (hw_tracer.tracing) {
+        state |= HW_STATE_TRACING;
+        if (hw_tracer.recording) {
+            state |= HW_STATE_RECORDING;
+        }
+        if (hw_tracer.mode == HW_MODE_SAMPLE) {
+            state |= HW_STATE_SAMPLE;
+        }
+    }
+    __atomic_store_n(&hw_tracer.hook_state, state, __ATOMIC_RELEASE);
+}
 
 void
 hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp)
@@ -117,7 +173,7 @@ hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t 
         account_remove_unlocked(hw_tb_by_id_unlocked(old.tb), old.size);
     }
     else {
-        __atomic_add_fetch(&hw_tracer.ntraces, 1, __ATOMIC_RELAXED);
+        hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces + 1);
         if (domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE) {
             hw_filter_add_unlocked(ptr, +1);
         }
@@ -125,7 +181,7 @@ hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t 
     if (hw_tracer.traced > hw_tracer.peak) {
         hw_tracer.peak = hw_tracer.traced;
     }
-    __atomic_add_fetch(&hw_tracer.recorded, 1, __ATOMIC_RELAXED);
+    hw_store_counter(&hw_tracer.recorded, hw_tracer.recorded + 1);
 }
 
 int
@@ -136,7 +192,7 @@ hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr)
     if (table == NULL || !hw_traces_pop_unlocked(table, ptr, &trace)) {
         return 0;
     }
-    __atomic_sub_fetch(&hw_tracer.ntraces, 1, __ATOMIC_RELAXED);
+    hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces - 1);
     if (domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE) {
         hw_filter_add_unlocked(ptr, -1);
     }
@@ -210,6 +266,7 @@ hw_start(int max_nframe, int mode, uint64_t sample_interval)
     __atomic_store_n(&hw_tracer.recorded, 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&hw_tracer.tracing, 1, __ATOMIC_RELEASE);
+    publish_state_unlocked();
     hw_unlock();
     return 0;
 }
@@ -222,6 +279,7 @@ hw_stop(void)
     }
     hw_lock();
     __atomic_store_n(&hw_tracer.tracing, 0, __ATOMIC_RELEASE);
+    publish_state_unlocked();
     __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
     reset_tables_unlocked();
     hw_unlock();
@@ -241,6 +299,7 @@ hw_clear_traces(void)
     if (init_tables_unlocked() < 0) {
         /* Keep the hooks harmless: without tables nothing can be recorded. */
         __atomic_store_n(&hw_tracer.tracing, 0, __ATOMIC_RELEASE);
+        publish_state_unlocked();
     }
     hw_unlock();
     hw_graveyard_drain();
@@ -275,5 +334,8 @@ hw_at_exit(void)
 {
     /* From here on the hooks record nothing new and walk no frames; frees
      * keep untracking, which needs no interpreter state. */
+    hw_lock();
     __atomic_store_n(&hw_tracer.recording, 0, __ATOMIC_RELEASE);
+    publish_state_unlocked();
+    hw_unlock();
 }

@@ -27,6 +27,11 @@
 
 enum { HW_MODE_EXACT = 0, HW_MODE_SAMPLE = 1 };
 
+/* Bits of hw_tracer.hook_state: what the hooks need, in one load. */
+#define HW_STATE_TRACING 1
+#define HW_STATE_RECORDING 2
+#define HW_STATE_SAMPLE 4
+
 #define HW_DEFAULT_SAMPLE_INTERVAL (512u * 1024u)
 
 typedef struct {
@@ -44,6 +49,7 @@ typedef struct {
     int max_nframe;
     int mode;
     uint64_t sample_interval;
+    int hook_state; /* HW_STATE_* bits derived from the three fields above */
 
     /* Guarded by hw_tables_lock. */
     hw_traces_t traces; /* domain 0: what the hooks record */
@@ -53,10 +59,12 @@ typedef struct {
     uint64_t peak;
     uint64_t count_fp; /* estimated live blocks, HW_COUNT_ONE units */
 
-    /* Atomic: read without the lock. */
-    uint64_t ntraces; /* entries in all trace tables */
-    uint64_t dropped; /* traces lost: no memory for them */
+    /* Written with hw_tables_lock held, read without it (relaxed atomics:
+     * a locked read-modify-write is not needed under the lock). */
+    uint64_t ntraces;  /* entries in all trace tables */
     uint64_t recorded; /* traces recorded since start */
+    /* Atomic read-modify-write: also counted without the lock. */
+    uint64_t dropped; /* traces lost: no memory for them */
 } hw_tracer_t;
 
 extern hw_tracer_t hw_tracer;
@@ -65,6 +73,12 @@ static inline int
 hw_load_int(const int *p)
 {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+static inline void
+hw_store_counter(uint64_t *counter, uint64_t value)
+{
+    __atomic_store_n(counter, value, __ATOMIC_RELAXED);
 }
 
 static inline void

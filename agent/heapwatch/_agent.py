@@ -212,6 +212,10 @@ def _exporters_for(
             log.warning(
                 "heapwatch exporter %r is unavailable (pip install %s): %s", name, extra, exc
             )
+    # Last: it serves its /debug/ routes only next to other routes (or with a token).
+    from heapwatch._dumps import DumpService  # noqa: PLC0415 (only for an agent)
+
+    exporters.append(DumpService(config))
     return exporters
 
 
@@ -253,7 +257,10 @@ class Agent:
         )
         self._clock = clock
         self._timer = timer
-        self.router = router if router is not None else Router()
+        self.router = router if router is not None else Router(token=self.config.token)
+        self.retain_last_snapshot = False
+        """Keep each cycle's snapshot until the next one, for ``last_snapshot()``
+        (set by the ``/debug/`` routes, whose diff compares with it)."""
         self._mode = self.config.mode
         self._sample_interval = self.config.reported_sample_interval
         self._init_state()
@@ -273,6 +280,7 @@ class Agent:
         self._server: Server | None = None
         self._previous: Any = None
         self._previous_traced = 0
+        self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
         self._cycles = 0
         self._errors = 0
@@ -309,6 +317,12 @@ class Agent:
             return Readings(
                 self._result, self._cycles, self._errors, self._mode, self._sample_interval
             )
+
+    def last_snapshot(self) -> tuple[Any, float] | None:
+        """The last successful cycle's snapshot and its unix time, when
+        ``retain_last_snapshot`` is set; else None.  Holding it keeps that
+        cycle's tracebacks (and their code objects) alive one interval longer."""
+        return self._last_snapshot
 
     def start(self) -> bool:
         """Starts tracing, the exporters, the HTTP endpoint and the thread.
@@ -405,6 +419,8 @@ class Agent:
         self._source.drain()
         self._previous = groups
         self._previous_traced = traced
+        # One assignment: a reader gets a snapshot and its own time.
+        self._last_snapshot = (snapshot, timestamp) if self.retain_last_snapshot else None
         return CycleResult(
             timestamp=timestamp,
             duration=max(0.0, self._timer() - started),

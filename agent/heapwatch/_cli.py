@@ -2,8 +2,8 @@
 
 Subcommands register themselves in ``COMMANDS``: each entry adds its parser
 to the subparsers and sets ``func`` (called with the parsed namespace,
-returning the exit status).  ``run`` is the first; ``top``, ``diff`` and
-``convert`` can follow the same way.
+returning the exit status).  ``run`` is here; ``top``, ``diff`` and
+``convert``, which read dumps, are in ``heapwatch._cli_dumps``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Callable
 
 from heapwatch import __version__
+from heapwatch._cli_dumps import COMMANDS as DUMP_COMMANDS
 from heapwatch._config import AgentConfig, ConfigError, to_environ
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ _RUN_OPTIONS = (
     ("host", "where /metrics listens (default 127.0.0.1)"),
     ("port", "first port tried (default 9438; 0 for any free port)"),
     ("port_range", "ports tried from --port on, one per process (default 32)"),
+    ("dump_dir", "where the dump signal writes dumps (default: none, the signal is off)"),
+    ("dump_signal", "the signal that writes a dump, such as SIGUSR2 (the default), or none"),
+    ("dump_keep", "dumps kept in --dump-dir, the oldest deleted (default 10; 0: no limit)"),
+    ("dump_max_bytes", "bytes of dumps kept in --dump-dir, such as 1GiB (default 0: no limit)"),
 )
 
 
@@ -112,7 +117,7 @@ def _run(options: argparse.Namespace) -> int:
     return 0  # pragma: no cover - execve does not return
 
 
-COMMANDS: list[Callable[[SubParsers], None]] = [_add_run]
+COMMANDS: list[Callable[[SubParsers], None]] = [_add_run, *DUMP_COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:

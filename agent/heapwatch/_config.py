@@ -44,6 +44,13 @@ MIN_INTERVAL = 0.05
 MAX_INTERVAL = 86400.0
 MAX_TOP = 1000
 MAX_PORT_RANGE = 1024
+MAX_DUMP_KEEP = 100_000
+MAX_DUMP_BYTES = 1 << 50  # 1 PiB: "no real limit" without overflowing anything
+MIN_TOKEN_LENGTH = 16
+MAX_TOKEN_LENGTH = 4096
+# Signals a dump may be asked with: catchable, and with no meaning a service
+# relies on by default (not INT, TERM, CHLD, the fault signals, KILL, STOP).
+DUMP_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT", "SIGWINCH")
 
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y", "t"})
 _FALSE_WORDS = frozenset({"0", "false", "no", "off", "n", "f"})
@@ -161,10 +168,69 @@ def _parse_host(text: str) -> str:
     return host
 
 
+def _parse_token(text: str) -> str:
+    token = text.strip()
+    # RFC 6750's b64token: what may follow "Bearer " without quoting.
+    allowed = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/"
+    body = token.rstrip("=")
+    if (
+        not MIN_TOKEN_LENGTH <= len(token) <= MAX_TOKEN_LENGTH
+        or not body
+        or any(c not in allowed for c in body)
+    ):
+        raise ValueError(
+            f"a bearer token of {MIN_TOKEN_LENGTH} to {MAX_TOKEN_LENGTH} characters from "
+            "A-Z a-z 0-9 - . _ ~ + / (then optional '='), such as the output of "
+            "'openssl rand -hex 32'"
+        )
+    return token
+
+
+def _parse_signal(text: str) -> str | None:
+    name = text.strip().upper()
+    if name in ("NONE", "OFF"):
+        return None
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    import signal  # noqa: PLC0415 (on the auto-start path: only when a signal is named)
+
+    if name not in DUMP_SIGNALS or not hasattr(signal, name):
+        available = [n for n in DUMP_SIGNALS if hasattr(signal, n)]
+        raise ValueError(
+            "a signal name: " + ", ".join(available) + " (the SIG prefix is optional), or none"
+        )
+    return name
+
+
+def _parse_dump_dir(text: str) -> str:
+    if not text.strip() or "\0" in text:
+        raise ValueError("a directory to write dumps into")
+    # Resolved once, now: a later chdir() of the application must not move the dumps.
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def _parse_byte_limit(text: str) -> int:
+    accepted = (
+        "a size in bytes, such as 500MiB or 2GB, or 0 for no limit "
+        f"(at most {MAX_DUMP_BYTES} bytes)"
+    )
+    try:
+        number, unit = _split_number(text)
+    except ValueError:
+        raise ValueError(accepted) from None
+    if unit not in _SIZE_UNITS or math.isnan(number):
+        raise ValueError(accepted)
+    size = round(number * _SIZE_UNITS[unit])
+    if not 0 <= size <= MAX_DUMP_BYTES:
+        raise ValueError(accepted)
+    return size
+
+
 class _Field(NamedTuple):
     name: str
     parse: Callable[[str], Any]
     fallback: Any  # what a bad environment value falls back to
+    secret: bool = False  # never logged nor put in an error message
 
 
 # One row per setting: the parameter ``name`` is read from HEAPWATCH_<NAME>.
@@ -180,7 +246,15 @@ _FIELDS = (
     _Field("host", _parse_host, "127.0.0.1"),
     _Field("port", _parse_int(0, 65535, "the first port tried, 0 for any free port"), 9438),
     _Field("port_range", _parse_int(1, MAX_PORT_RANGE, "how many ports to try"), 32),
+    # A bad token leaves /debug/ closed (403), never open.
+    _Field("token", _parse_token, None, secret=True),
+    _Field("dump_signal", _parse_signal, "SIGUSR2"),
+    _Field("dump_dir", _parse_dump_dir, None),
+    _Field("dump_keep", _parse_int(0, MAX_DUMP_KEEP, "dumps kept, 0 for no limit"), 10),
+    _Field("dump_max_bytes", _parse_byte_limit, 0),
 )
+# Settings that None switches off (from code; "none" or unset in the environment).
+_OPTIONAL = frozenset({"token", "dump_signal", "dump_dir"})
 _FIELDS_BY_NAME = {field.name: field for field in _FIELDS}
 
 
@@ -201,6 +275,17 @@ class AgentConfig(NamedTuple):
         port: HEAPWATCH_PORT, the first port tried (0: any free port).
         port_range: HEAPWATCH_PORT_RANGE, ports tried from ``port`` on, so
             that each process of a service (workers, children) gets its own.
+        token: HEAPWATCH_TOKEN, the bearer token every ``/debug/`` route
+            needs; None (the default) closes them (403).  Never shown in
+            ``repr()`` or in messages.
+        dump_signal: HEAPWATCH_DUMP_SIGNAL, the signal that writes a dump
+            into ``dump_dir`` (``"SIGUSR2"`` by default), or None.
+        dump_dir: HEAPWATCH_DUMP_DIR, where signalled dumps go (made
+            absolute when read); None (the default) leaves the signal alone.
+        dump_keep: HEAPWATCH_DUMP_KEEP, the most dumps kept in ``dump_dir``
+            (the oldest are deleted; 0: no limit).
+        dump_max_bytes: HEAPWATCH_DUMP_MAX_BYTES, the most bytes of dumps
+            kept in ``dump_dir`` (0: no limit).
     """
 
     enabled: bool = True
@@ -213,6 +298,17 @@ class AgentConfig(NamedTuple):
     host: str = "127.0.0.1"
     port: int = 9438
     port_range: int = 32
+    token: str | None = None
+    dump_signal: str | None = "SIGUSR2"
+    dump_dir: str | None = None
+    dump_keep: int = 10
+    dump_max_bytes: int = 0
+
+    def __repr__(self) -> str:
+        # The token must not reach a log line through a repr.
+        shown = self._replace(token="<redacted>") if self.token is not None else self
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields, shown))
+        return f"AgentConfig({fields})"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> AgentConfig:
@@ -226,7 +322,9 @@ class AgentConfig(NamedTuple):
             text = env.get(variable)
             if text is None or not text.strip():
                 continue
-            values[field.name] = env_value(variable, text, field.parse, field.fallback)
+            values[field.name] = env_value(
+                variable, text, field.parse, field.fallback, secret=field.secret
+            )
         config = cls(**values)
         return config.replace(**overrides) if overrides else config
 
@@ -248,8 +346,12 @@ def _check(name: str, value: object) -> object:
             f"unknown heapwatch setting {name!r}; the settings are "
             + ", ".join(f.name for f in _FIELDS)
         )
+    if value is None and name in _OPTIONAL:
+        return None
     if isinstance(value, str):
         text = value
+    elif name == "dump_signal" and isinstance(getattr(value, "name", None), str):
+        text = getattr(value, "name", "")  # a signal.Signals member
     elif name == "enabled" and isinstance(value, bool):
         return value
     elif isinstance(value, bool):
@@ -267,21 +369,24 @@ def _check(name: str, value: object) -> object:
     try:
         return field.parse(text)
     except ValueError as exc:
-        raise ConfigError(f"{name}={value!r} is invalid: expected {exc}") from None
+        shown = "<redacted>" if field.secret else repr(value)
+        raise ConfigError(f"{name}={shown} is invalid: expected {exc}") from None
 
 
-def env_value(variable: str, text: str, parse: Callable[[str], T], default: T) -> T:
+def env_value(
+    variable: str, text: str, parse: Callable[[str], T], default: T, *, secret: bool = False
+) -> T:
     """``parse(text)``, or ``default`` after a warning naming the variable,
-    the value and what is accepted."""
+    the value (unless ``secret``) and what is accepted."""
     try:
         return parse(text)
     except ValueError as exc:
         import logging  # noqa: PLC0415 (on the auto-start path: only when needed)
 
         logging.getLogger("heapwatch.config").warning(
-            "%s=%r is invalid: expected %s; using %s",
+            "%s=%s is invalid: expected %s; using %s",
             variable,
-            text,
+            f"<{len(text)} characters, redacted>" if secret else repr(text),
             exc,
             _show(default),
         )
@@ -289,6 +394,8 @@ def env_value(variable: str, text: str, parse: Callable[[str], T], default: T) -
 
 
 def _show(value: object) -> str:
+    if value is None:
+        return "none"
     if isinstance(value, tuple):
         return ",".join(value) or "none"
     if isinstance(value, bool):
@@ -301,6 +408,8 @@ def to_environ(config: AgentConfig) -> dict[str, str]:
     env: dict[str, str] = {}
     for field in _FIELDS:
         value = getattr(config, field.name)
+        if value is None and field.name != "dump_signal":
+            continue  # unset is how the environment says "none" for these
         text = repr(float(value)) if field.name == "interval" else _show(value)
         env[ENV_PREFIX + field.name.upper()] = text
     return env

@@ -43,8 +43,9 @@ class Router:
     """A WSGI application that dispatches on the exact path.
 
     Routes marked ``protected`` need ``Authorization: Bearer <token>`` when the
-    router has a token; without a token they are refused (403), so that a
-    debug endpoint is never open by accident.
+    router has a token (401 with ``WWW-Authenticate`` otherwise; compared in
+    constant time); without a token they are refused (403), so that a debug
+    endpoint is never open by accident.
     """
 
     def __init__(self, token: str | None = None) -> None:
@@ -83,22 +84,27 @@ class Router:
         if route.protected:
             refusal = self._refusal(environ)
             if refusal is not None:
-                status, headers = refusal
-                return _respond(start_response, status, status + "\n", headers)
+                status, headers, reason = refusal
+                return _respond(start_response, status, f"{status}\n{reason}\n", headers)
         environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + path
         environ["PATH_INFO"] = ""
         return route.app(environ, start_response)
 
-    def _refusal(self, environ: WSGIEnvironment) -> tuple[str, list[tuple[str, str]]] | None:
+    def _refusal(self, environ: WSGIEnvironment) -> tuple[str, list[tuple[str, str]], str] | None:
+        """None if the request may pass, else (status, headers, reason)."""
         if not self.token:
-            return "403 Forbidden", []
+            return "403 Forbidden", [], "this route is off: set HEAPWATCH_TOKEN to turn it on"
         given = environ.get("HTTP_AUTHORIZATION", "")
         scheme, _, credentials = given.partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(
             credentials.strip().encode(), self.token.encode()
         ):
             return None
-        return "401 Unauthorized", [("WWW-Authenticate", 'Bearer realm="heapwatch"')]
+        return (
+            "401 Unauthorized",
+            [("WWW-Authenticate", 'Bearer realm="heapwatch"')],
+            "send Authorization: Bearer <HEAPWATCH_TOKEN>",
+        )
 
 
 def _respond(

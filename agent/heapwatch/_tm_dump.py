@@ -77,7 +77,12 @@ def read(filename: PathArg, allow_pickle: bool) -> SnapshotParts:
                 "with allow_pickle=True for a file you trust"
             )
         with open(path, "rb") as fp:
-            obj = pickle.load(fp)
+            try:
+                obj = pickle.load(fp)
+            except Exception as exc:  # a truncated or corrupted pickle raises anything
+                raise dumpfile.DumpError(
+                    f"{path!r}: cannot unpickle it ({type(exc).__name__}: {exc})"
+                ) from exc
         parts = _parts_of_unpickled(obj)
         if parts is None:
             raise dumpfile.DumpError(

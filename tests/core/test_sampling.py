@@ -160,3 +160,39 @@ def test_unsampled_blocks_are_not_traced(core: ModuleType) -> None:
     stats = core.get_stats()
     assert stats["live_traces"] < 10
     del keep
+
+
+def _one_block_per_thread(keep: list[bytes], threads: int) -> None:
+    import threading
+
+    for _ in range(threads):
+        thread = threading.Thread(target=lambda: keep.append(bytes(4096)))
+        thread.start()
+        thread.join()
+
+
+def test_short_lived_threads(core: ModuleType) -> None:
+    # Successive short-lived threads reuse their pthread ids; each must still
+    # draw its own sample points, or a thread-per-request server's leak is
+    # never (or always) sampled.
+    interval = 16384
+    core.start(1, "sample", interval)
+    keep: list[bytes] = []
+    _one_block_per_thread(keep, 2000)
+    stats = core.take_snapshot(traces=False).group("lineno").statistics()
+    line = (__file__, _one_block_per_thread.__code__.co_firstlineno + 4)
+    estimate = {f[0]: size for f, size, _c in stats}.get(line, 0)
+    exact = 2000 * (4096 + 33)  # bytes(4096) is one block: header + data
+    blocks = [4096 + 33] * 2000
+    assert abs(estimate - exact) <= 5 * math.sqrt(_variance(blocks, interval)), estimate
+
+
+def test_restart_forgets_the_countdown_of_the_previous_session(core: ModuleType) -> None:
+    core.start(1, "sample", 32 * 1024 * 1024)
+    warm = [bytearray(100) for _ in range(100)]
+    core.stop()
+    # A countdown drawn at 32 MiB must not outlive the session.
+    core.start(1, "sample", 256)
+    keep = [bytearray(200) for _ in range(700)]
+    assert core.get_stats()["live_traces"] > 100
+    del keep, warm

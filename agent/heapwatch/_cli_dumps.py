@@ -1,0 +1,423 @@
+"""``heapwatch top``, ``heapwatch diff`` and ``heapwatch convert``: dumps read offline.
+
+Each reads a heapwatch dump (from the agent's endpoint or signal, or
+``Snapshot.dump()``), or with ``--allow-pickle`` a stdlib tracemalloc pickle.
+Dumps are read as a stream and aggregated on the way: memory follows the
+distinct groups, not the traces.  Errors are one line on stderr: exit status
+1 for bad input, 2 for bad usage (argparse's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, NamedTuple, cast
+
+from heapwatch._errors import HeapwatchError
+from heapwatch._report import KEY_TYPES
+
+if TYPE_CHECKING:
+    from heapwatch._core import KeyType, Mode, RawTrace
+    from heapwatch._tm_objects import Statistic, Traceback
+
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = ["COMMANDS", "InputError", "SnapshotFile", "open_snapshot_file"]
+
+MAX_LIMIT = 1_000_000
+CONVERT_FORMATS = ("tracemalloc", "pprof", "heapwatch")
+
+
+class InputError(HeapwatchError):
+    """An input file cannot be used; the message names it."""
+
+
+class SnapshotFile(NamedTuple):
+    """An input file: its traces (iterated once) and how they were taken."""
+
+    path: str
+    traces: Iterable[RawTrace]
+    traceback_limit: int
+    mode: str
+    sample_interval: int
+    meta: dict[str, Any]
+
+
+def _checked(traces: Iterable[object], path: str) -> Iterator[RawTrace]:
+    # Unpickled traces may be anything: each is checked before use.
+    for index, trace in enumerate(traces):
+        if not (
+            isinstance(trace, tuple)
+            and len(trace) == 4
+            and all(type(v) is int for v in (trace[0], trace[1], trace[3]))
+            and trace[1] >= 0
+            and isinstance(trace[2], tuple)
+            and trace[2]
+            and all(
+                isinstance(f, tuple) and len(f) == 2 and type(f[0]) is str and type(f[1]) is int
+                for f in trace[2]
+            )
+        ):
+            shown = repr(trace)
+            shown = shown if len(shown) <= 100 else shown[:100] + "..."
+            raise InputError(
+                f"{path}: trace #{index} is not (domain, size, frames, total_nframe): {shown}"
+            )
+        yield cast("RawTrace", trace)
+
+
+def open_snapshot_file(path: str, allow_pickle: bool) -> SnapshotFile:
+    """The traces of a heapwatch dump or (with ``allow_pickle``) of a pickled
+    tracemalloc Snapshot.  A dump's traces are read as they are iterated and
+    raise DumpError there if the file is damaged; nothing else is read first.
+
+    Raises InputError, DumpError or OSError naming the file."""
+    from heapwatch import dumpfile  # noqa: PLC0415 (imported on first use)
+
+    kind = dumpfile.sniff(path)
+    if kind == "pickle":
+        if not allow_pickle:
+            raise InputError(
+                f"{path}: a pickle (the stdlib tracemalloc's dump format); unpickling runs "
+                "code from the file: pass --allow-pickle only for a file you trust"
+            )
+        from heapwatch import _tm_dump  # noqa: PLC0415 (imported on first use)
+
+        parts = _tm_dump.read(path, allow_pickle=True)
+        mode = parts.mode if parts.mode in ("exact", "sample") else "exact"
+        interval = parts.sample_interval if mode == "sample" else 0
+        if mode == "sample" and not (type(interval) is int and interval > 0):
+            raise InputError(f"{path}: sample mode with sample_interval {interval!r}")
+        limit = parts.traceback_limit
+        return SnapshotFile(
+            path, _checked(parts.traces, path), limit, mode, interval, {"format": "pickle"}
+        )
+    header, traces = dumpfile.iter_dump(path)
+    meta: dict[str, Any] = {
+        "format": "heapwatch",
+        "pid": header.pid,
+        "timestamp": header.timestamp,
+        "python_version": header.python_version,
+        **header.extra,
+    }
+    return SnapshotFile(
+        path,
+        traces,
+        header.traceback_limit,
+        header.mode,
+        header.sample_interval,
+        meta,
+    )
+
+
+class _Grouped(NamedTuple):
+    by_traceback: dict[Traceback, Statistic]
+    total: tuple[int, int]
+
+
+def _group(source: SnapshotFile, key_type: str, cumulative: bool) -> _Grouped:
+    from heapwatch._tm_grouping import group_traces, round_count, weigher  # noqa: PLC0415
+
+    weigh = weigher(cast("Mode", source.mode), source.sample_interval)
+    total = [0, 0]
+
+    def counted() -> Iterator[RawTrace]:
+        # The traces' real total, in the same pass (a cumulative grouping
+        # counts a block under each of its frames).
+        for trace in source.traces:
+            size, count_fp = weigh(trace[1])
+            total[0] += size
+            total[1] += count_fp
+            yield trace
+
+    grouped = group_traces(counted(), cast("KeyType", key_type), cumulative, weigh)
+    return _Grouped(grouped, (total[0], round_count(total[1])))
+
+
+# Timestamps a header may carry that mean a time (any finite float is valid
+# in the format; a hostile one must not overflow the conversions).
+_LATEST = 2.0**33
+
+
+def _timestamp(meta: dict[str, Any]) -> float | None:
+    stamp = meta.get("timestamp")
+    if isinstance(stamp, (int, float)) and 0 <= stamp < _LATEST:
+        return float(stamp)
+    return None
+
+
+def _when(meta: dict[str, Any]) -> str:
+    stamp = _timestamp(meta)
+    if stamp is None:
+        return "time unknown"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+
+
+def _print(text: str) -> None:
+    # Filenames that were not valid UTF-8 hold lone surrogates: escaped, not an error.
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    data = text.encode(encoding, "backslashreplace")
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(data.decode(encoding))
+        sys.stdout.flush()
+        return
+    sys.stdout.flush()
+    buffer.write(data)
+    buffer.flush()
+
+
+def _top(options: argparse.Namespace) -> int:
+    from heapwatch._report import format_text, raw_statistics, to_json, top_report  # noqa: PLC0415
+    from heapwatch._tm_objects import Statistic  # noqa: PLC0415 (imported on first use)
+
+    source = open_snapshot_file(options.file, options.allow_pickle)
+    grouped = _group(source, options.key_type, options.cumulative)
+    stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
+    report = top_report(
+        raw_statistics(stats),
+        grouped.total,
+        key_type=options.key_type,
+        cumulative=options.cumulative,
+        limit=options.limit,
+        mode=source.mode,
+        sample_interval=source.sample_interval,
+        meta={"file": source.path, **source.meta},
+    )
+    _print(json.dumps(to_json(report)) + "\n" if options.json else format_text(report))
+    return 0
+
+
+def _diff(options: argparse.Namespace) -> int:
+    from heapwatch._report import diff_report, format_text, raw_diffs, to_json  # noqa: PLC0415
+    from heapwatch._tm_objects import (  # noqa: PLC0415 (imported on first use)
+        StatisticDiff,
+        _compare_grouped_stats,
+    )
+
+    old = open_snapshot_file(options.old, options.allow_pickle)
+    old_grouped = _group(old, options.key_type, options.cumulative)
+    new = open_snapshot_file(options.new, options.allow_pickle)
+    new_grouped = _group(new, options.key_type, options.cumulative)
+    diffs = _compare_grouped_stats(old_grouped.by_traceback, new_grouped.by_traceback)
+    diffs.sort(key=StatisticDiff._sort_key, reverse=True)
+    notes = [f"from {old.path} ({_when(old.meta)})", f"to {new.path} ({_when(new.meta)})"]
+    if old.mode != new.mode:
+        notes.append(f"{old.path} was taken in {old.mode} mode, {new.path} in {new.mode} mode")
+    report = diff_report(
+        raw_diffs(diffs),
+        new_grouped.total,
+        old_grouped.total,
+        key_type=options.key_type,
+        cumulative=options.cumulative,
+        limit=options.limit,
+        mode=new.mode,
+        sample_interval=new.sample_interval,
+        notes=notes,
+        meta={"old": {"file": old.path, **old.meta}, "new": {"file": new.path, **new.meta}},
+    )
+    _print(json.dumps(to_json(report)) + "\n" if options.json else format_text(report))
+    return 0
+
+
+def _write_output(output: str, write: Callable[[BinaryIO], None]) -> None:
+    """Runs write on OUTPUT: "-" is stdout; a file appears whole (written
+    beside it under a temporary name, then renamed) or not at all."""
+    if output == "-":
+        if sys.stdout.isatty():
+            raise InputError("-o -: refusing to write binary data to a terminal")
+        write(sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return
+    directory = os.path.dirname(os.path.abspath(output))
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".heapwatch-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fp:
+            write(fp)
+        os.chmod(temporary, 0o644 & ~_umask())
+        os.replace(temporary, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _convert(options: argparse.Namespace) -> int:
+    from heapwatch import _convert as convert  # noqa: PLC0415 (imports the stdlib tracemalloc)
+
+    source = open_snapshot_file(options.file, options.allow_pickle)
+    # The input is read (and checked, to its checksum) before OUTPUT is touched.
+    traces = list(source.traces)
+    if options.to == "tracemalloc":
+
+        def write(fp: BinaryIO) -> None:
+            convert.write_tracemalloc(
+                fp, traces, source.traceback_limit, source.mode, source.sample_interval
+            )
+
+    elif options.to == "pprof":
+        stamp = _timestamp(source.meta)
+
+        def write(fp: BinaryIO) -> None:
+            convert.write_pprof(
+                fp,
+                traces,
+                source.mode,
+                source.sample_interval,
+                time_nanos=int(stamp * 1e9) if stamp is not None else None,
+                comments=[f"converted by heapwatch from {os.path.basename(source.path)}"],
+            )
+
+    else:
+        from heapwatch import dumpfile  # noqa: PLC0415 (imported on first use)
+
+        header = dumpfile.DumpHeader(
+            python_version=str(source.meta.get("python_version", "")),
+            pid=int(source.meta.get("pid", 0)),
+            timestamp=float(source.meta.get("timestamp", os.path.getmtime(source.path))),
+            mode=source.mode,
+            sample_interval=source.sample_interval,
+            traceback_limit=max(1, min(source.traceback_limit, 65535)),
+            extra={k: v for k, v in source.meta.items() if type(v) is str and k != "format"},
+        )
+
+        def write(fp: BinaryIO) -> None:
+            dumpfile.write_dump(fp, header, traces)
+
+    _write_output(options.output, write)
+    if source.mode == "sample" and options.to == "tracemalloc":
+        print(
+            "heapwatch convert: sample-mode dump: sizes are heapwatch's estimates, "
+            "counts are numbers of samples",
+            file=sys.stderr,
+        )
+    return 0
+
+
+# ---- parsers -------------------------------------------------------------------
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_LIMIT}, got {text!r}")
+    return value
+
+
+_limit.__name__ = "limit"
+
+
+def _add_report_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-type",
+        choices=KEY_TYPES,
+        default="lineno",
+        help="group by line (default), file or whole traceback",
+    )
+    parser.add_argument(
+        "--limit", type=_limit, default=10, metavar="N", help="groups shown (default 10)"
+    )
+    parser.add_argument(
+        "--cumulative",
+        action="store_true",
+        help="count each block under every frame of its traceback (lineno, filename)",
+    )
+    parser.add_argument("--json", action="store_true", help="JSON instead of text")
+    _add_pickle_option(parser)
+
+
+def _add_pickle_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="also read stdlib tracemalloc pickles: unpickling runs code from the file, "
+        "so only for files you trust",
+    )
+
+
+def _add_top(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "top",
+        help="the top allocation sites of a dump",
+        description="Shows the top statistics of FILE (a heapwatch dump) like the agent's "
+        '/debug/heapwatch/top: the tracemalloc documentation\'s "Pretty top".',
+    )
+    parser.add_argument("file", metavar="FILE", help="a heapwatch dump")
+    _add_report_options(parser)
+    parser.set_defaults(func=run_guarded, command=_top)
+
+
+def _add_diff(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "diff",
+        help="what changed between two dumps",
+        description="Shows the top differences from OLD to NEW (heapwatch dumps), biggest "
+        "change first.",
+    )
+    parser.add_argument("old", metavar="OLD", help="the earlier dump")
+    parser.add_argument("new", metavar="NEW", help="the later dump")
+    _add_report_options(parser)
+    parser.set_defaults(func=run_guarded, command=_diff)
+
+
+def _add_convert(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a dump for the stdlib's tracemalloc or pprof",
+        description="Converts FILE: --to tracemalloc writes what the stdlib's "
+        "tracemalloc.Snapshot.load() reads (a pickle); --to pprof a gzip profile.proto "
+        "(go tool pprof, Pyroscope); --to heapwatch a heapwatch dump (from a pickle).",
+    )
+    parser.add_argument("file", metavar="FILE", help="a heapwatch dump")
+    parser.add_argument("--to", required=True, choices=CONVERT_FORMATS, help="output format")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="OUT", help="output file ('-': stdout)"
+    )
+    _add_pickle_option(parser)
+    parser.set_defaults(func=run_guarded, command=_convert)
+
+
+def _usage_checks(options: argparse.Namespace) -> None:
+    if getattr(options, "cumulative", False) and options.key_type == "traceback":
+        options.parser.error("--cumulative needs --key-type lineno or filename")
+
+
+def run_guarded(options: argparse.Namespace) -> int:
+    """Runs a dump command; its input errors become one line on stderr and status 1."""
+    _usage_checks(options)
+    name = f"heapwatch {options.subcommand}"
+    try:
+        status: int = options.command(options)
+    except HeapwatchError as exc:  # DumpError and PickleRefusedError included
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            # The reader (head, less) left: not an error worth a message.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{name}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+COMMANDS: list[Callable[[SubParsers], None]] = [_add_top, _add_diff, _add_convert]

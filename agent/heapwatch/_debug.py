@@ -1,0 +1,398 @@
+"""The agent's ``/debug/`` routes: dumps, top statistics, differences, pprof.
+
+Every route is protected (``Router.add(..., protected=True)``): with
+``HEAPWATCH_TOKEN`` set it needs ``Authorization: Bearer <token>`` (401
+otherwise), without one it answers 403.  Each request that builds something
+takes the service's dump lock without waiting: a second one answers 429 with
+``Retry-After``.  Parameters are checked strictly (400 naming the parameter
+and what it accepts); none of them names a file.
+
+``GET /debug/heapwatch/snapshot``   every live trace, in heapwatch's dump format
+``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON)
+``GET /debug/heapwatch/diff``       top differences since the agent's last cycle
+``GET /debug/pprof/heap``           live memory as a gzip pprof profile
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
+from urllib.parse import parse_qs
+
+from heapwatch._report import KEY_TYPES, Report, diff_report, format_text, to_json, top_report
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from heapwatch import _core
+    from heapwatch._dumps import DumpService
+    from heapwatch._server import Router
+
+__all__ = [
+    "DIFF_PATH",
+    "PPROF_PATH",
+    "SNAPSHOT_PATH",
+    "TOP_PATH",
+    "BadParameter",
+    "ReportQuery",
+    "add_routes",
+    "parse_report_query",
+]
+
+log = logging.getLogger("heapwatch.debug")
+
+SNAPSHOT_PATH = "/debug/heapwatch/snapshot"
+TOP_PATH = "/debug/heapwatch/top"
+DIFF_PATH = "/debug/heapwatch/diff"
+PPROF_PATH = "/debug/pprof/heap"
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 10_000
+_MAX_FIELDS = 16
+_NO_STORE = ("Cache-Control", "no-store")
+
+Headers = list[tuple[str, str]]
+Q = TypeVar("Q")
+
+
+class BadParameter(ValueError):
+    """A query parameter is unknown, repeated or invalid; the message names it."""
+
+
+class ReportQuery(NamedTuple):
+    """What a top or diff request asks for."""
+
+    key_type: str
+    limit: int
+    cumulative: bool
+    as_json: bool
+
+
+def _shown(value: str) -> str:
+    """A client's value in a message: quoted, and short (messages echo it back)."""
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def _query(environ: WSGIEnvironment, allowed: tuple[str, ...]) -> dict[str, str]:
+    text = environ.get("QUERY_STRING", "")
+    try:
+        fields = parse_qs(text, keep_blank_values=True, max_num_fields=_MAX_FIELDS)
+    except ValueError:
+        raise BadParameter(f"at most {_MAX_FIELDS} query parameters") from None
+    taken = ", ".join(allowed) if allowed else "no parameters"
+    for name, values in fields.items():
+        if name not in allowed:
+            raise BadParameter(f"unknown parameter {_shown(name)}: this route takes {taken}")
+        if len(values) > 1:
+            raise BadParameter(f"parameter {_shown(name)} is given {len(values)} times")
+    return {name: values[0] for name, values in fields.items()}
+
+
+def _flag(params: Mapping[str, str], name: str) -> bool:
+    value = params.get(name, "0").strip().lower()
+    if value in ("0", "false"):
+        return False
+    if value in ("1", "true"):
+        return True
+    raise BadParameter(f"{name}={_shown(value)} is invalid: {name} is 0 or 1")
+
+
+def parse_report_query(environ: WSGIEnvironment) -> ReportQuery:
+    """key_type, limit, cumulative and the output format of a top or diff
+    request; raises BadParameter naming the parameter and what it accepts."""
+    params = _query(environ, ("key_type", "limit", "cumulative", "format"))
+    key_type = params.get("key_type", "lineno")
+    if key_type not in KEY_TYPES:
+        raise BadParameter(
+            f"key_type={_shown(key_type)} is invalid: "
+            "key_type is one of lineno, filename, traceback"
+        )
+    text = params.get("limit", str(DEFAULT_LIMIT))
+    # At most 6 digits before int(): Python refuses to convert very long ones.
+    if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) > MAX_LIMIT:
+        raise BadParameter(
+            f"limit={_shown(text)} is invalid: limit is an integer from 0 to {MAX_LIMIT}"
+        )
+    cumulative = _flag(params, "cumulative")
+    if cumulative and key_type == "traceback":
+        raise BadParameter(
+            "cumulative=1 is invalid with key_type=traceback: cumulative needs lineno or filename"
+        )
+    form = params.get("format")
+    if form is None:
+        accept = environ.get("HTTP_ACCEPT", "")
+        as_json = "application/json" in accept.lower()
+    elif form in ("text", "json"):
+        as_json = form == "json"
+    else:
+        raise BadParameter(f"format={_shown(form)} is invalid: format is text or json")
+    return ReportQuery(key_type, int(text), cumulative, as_json)
+
+
+def _respond(
+    start_response: StartResponse,
+    status: str,
+    body: bytes,
+    content_type: str = "text/plain; charset=utf-8",
+    *,
+    headers: Headers | None = None,
+    exc_info: Any = None,
+) -> list[bytes]:
+    start_response(
+        status,
+        [("Content-Type", content_type), ("Content-Length", str(len(body))), _NO_STORE]
+        + (headers or []),
+        exc_info,
+    )
+    return [body]
+
+
+def _error(
+    start_response: StartResponse,
+    status: str,
+    message: str,
+    headers: Headers | None = None,
+    *,
+    exc_info: Any = None,
+) -> list[bytes]:
+    body = f"{status}\n{message}\n".encode()
+    return _respond(start_response, status, body, headers=headers, exc_info=exc_info)
+
+
+def _meta(**more: Any) -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "hostname": socket.gethostname(),
+        "python_version": sys.version.split()[0],
+        "timestamp": time.time(),
+        **more,
+    }
+
+
+def _total(snap: _core.Snapshot, groups: _core.Groups, cumulative: bool) -> tuple[int, int]:
+    # A cumulative grouping counts a block under each of its frames; the
+    # traces' real total is a plain grouping's (by file: the fewest groups).
+    return snap.group("filename").total if cumulative else groups.total
+
+
+def top_of(snap: _core.Snapshot, query: ReportQuery) -> Report:
+    """The top statistics of a core snapshot."""
+    groups = snap.group(cast("_core.KeyType", query.key_type), query.cumulative)
+    return top_report(
+        groups.statistics(),
+        _total(snap, groups, query.cumulative),
+        key_type=query.key_type,
+        cumulative=query.cumulative,
+        limit=query.limit,
+        mode=snap.mode,
+        sample_interval=snap.sample_interval,
+        meta=_meta(),
+    )
+
+
+def diff_of(
+    old: _core.Snapshot, old_time: float, new: _core.Snapshot, query: ReportQuery
+) -> Report:
+    """The top differences between two core snapshots."""
+    key = cast("_core.KeyType", query.key_type)
+    new_groups = new.group(key, query.cumulative)
+    old_groups = old.group(key, query.cumulative)
+    now = time.time()
+    return diff_report(
+        new_groups.compare(old_groups),
+        _total(new, new_groups, query.cumulative),
+        _total(old, old_groups, query.cumulative),
+        key_type=query.key_type,
+        cumulative=query.cumulative,
+        limit=query.limit,
+        mode=new.mode,
+        sample_interval=new.sample_interval,
+        notes=(f"since the agent's last cycle, {max(0.0, now - old_time):.1f}s ago",),
+        meta=_meta(since=old_time),
+    )
+
+
+def _render(report: Report, as_json: bool) -> tuple[bytes, str]:
+    if as_json:
+        return (json.dumps(to_json(report)) + "\n").encode(), "application/json"
+    return format_text(report).encode("utf-8", "backslashreplace"), "text/plain; charset=utf-8"
+
+
+class _Routes:
+    """The WSGI applications of one DumpService."""
+
+    def __init__(self, service: DumpService) -> None:
+        self.service = service
+
+    def _busy(self, start_response: StartResponse) -> list[bytes]:
+        retry = max(1, math.ceil(self.service.last_duration))
+        return _error(
+            start_response,
+            "429 Too Many Requests",
+            "another dump is being built; one at a time",
+            [("Retry-After", str(retry))],
+        )
+
+    def _guarded(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        parse: Callable[[], Q],
+        build: Callable[[Q], list[bytes]],
+    ) -> list[bytes]:
+        """Checks the method and the parameters (``parse``), then runs
+        ``build`` under the dump lock, taken without waiting."""
+        if environ.get("REQUEST_METHOD", "GET") != "GET":
+            return _error(start_response, "405 Method Not Allowed", "only GET", [("Allow", "GET")])
+        try:
+            query = parse()
+        except BadParameter as exc:
+            return _error(start_response, "400 Bad Request", str(exc))
+        lock = self.service.dump_lock
+        if not lock.acquire(blocking=False):
+            return self._busy(start_response)
+        started = time.monotonic()
+        try:
+            return build(query)
+        except _NotTracing as exc:
+            return _error(start_response, "503 Service Unavailable", str(exc))
+        except Exception:
+            log.exception("heapwatch %s failed", environ.get("SCRIPT_NAME", "/debug/"))
+            # Replaces the status, or re-raises if the body has begun (the
+            # server then closes the connection).
+            return _error(
+                start_response,
+                "500 Internal Server Error",
+                "see the service's log",
+                exc_info=sys.exc_info(),
+            )
+        finally:
+            self.service.last_duration = time.monotonic() - started
+            lock.release()
+
+    def _snapshot(self, traces: bool) -> _core.Snapshot:
+        try:
+            return self.service.source.snapshot(traces)
+        except RuntimeError as exc:
+            raise _NotTracing(f"heapwatch cannot take a snapshot: {exc}") from None
+
+    # ---- the routes ---------------------------------------------------------
+
+    def snapshot(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        def build(_params: dict[str, str]) -> list[bytes]:
+            from heapwatch._dumps import dump_header, iter_traces  # noqa: PLC0415
+            from heapwatch.dumpfile import write_dump  # noqa: PLC0415 (imported on first use)
+
+            snap = self._snapshot(traces=True)
+            header = dump_header(snap, trigger="http", clock=self.service.clock)
+            name = f"heapwatch-{header.pid}-{int(header.timestamp)}.hwdump"
+            write = start_response(
+                "200 OK",
+                [
+                    ("Content-Type", "application/octet-stream"),
+                    ("Content-Disposition", f'attachment; filename="{name}"'),
+                    _NO_STORE,
+                ],
+            )
+            # Written as it is produced, with no length: the connection's end
+            # ends the body.  A dump cut short lacks its end record and
+            # checksum, so every reader reports it as truncated.
+            try:
+                write_dump(cast("Any", _Writer(write)), header, iter_traces(snap))
+            except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+                log.debug("heapwatch dump: the client left before the end")
+            return []
+
+        return self._guarded(environ, start_response, lambda: _query(environ, ()), build)
+
+    def top(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        def build(query: ReportQuery) -> list[bytes]:
+            report = top_of(self._snapshot(traces=False), query)
+            body, content_type = _render(report, query.as_json)
+            return _respond(start_response, "200 OK", body, content_type)
+
+        return self._guarded(environ, start_response, lambda: parse_report_query(environ), build)
+
+    def diff(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        def build(query: ReportQuery) -> list[bytes]:
+            agent = self.service.agent
+            last = agent.last_snapshot() if agent is not None else None
+            if last is None:
+                interval = agent.config.interval if agent is not None else 1.0
+                return _error(
+                    start_response,
+                    "503 Service Unavailable",
+                    "no agent cycle yet to compare with; retry after the first one",
+                    [("Retry-After", str(max(1, math.ceil(interval))))],
+                )
+            old, old_time = last
+            new = self._snapshot(traces=False)
+            body, content_type = _render(diff_of(old, old_time, new, query), query.as_json)
+            return _respond(start_response, "200 OK", body, content_type)
+
+        return self._guarded(environ, start_response, lambda: parse_report_query(environ), build)
+
+    def pprof(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        def build(collect: bool) -> list[bytes]:
+            if collect:
+                gc.collect()  # as Go's ?gc=1: only what is reachable
+            from heapwatch_exporters.pprof import (  # noqa: PLC0415 (imported on first use)
+                encode_heap_profile,
+                heap_samples_from_tracebacks,
+            )
+
+            snap = self._snapshot(traces=False)
+            body = encode_heap_profile(
+                heap_samples_from_tracebacks(snap.tracebacks(names=True)),
+                mode=snap.mode,
+                sample_interval=snap.sample_interval,
+                comments=[f"heapwatch pid {os.getpid()} on {socket.gethostname()}"],
+            )
+            return _respond(
+                start_response,
+                "200 OK",
+                body,
+                "application/octet-stream",
+                headers=[("Content-Disposition", 'attachment; filename="heap.pb.gz"')],
+            )
+
+        def parse() -> bool:
+            return _flag(_query(environ, ("gc",)), "gc")
+
+        return self._guarded(environ, start_response, parse, build)
+
+
+class _NotTracing(Exception):
+    """The tracer is not tracing: nothing to dump (503)."""
+
+
+class _Writer:
+    """A file-like object over WSGI's write callable."""
+
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+
+    def write(self, data: bytes) -> int:
+        self._write(bytes(data))
+        return len(data)
+
+
+def add_routes(router: Router, service: DumpService) -> None:
+    """Adds the ``/debug/`` routes, protected, to ``router``."""
+    routes = _Routes(service)
+    apps: dict[str, WSGIApplication] = {
+        SNAPSHOT_PATH: routes.snapshot,
+        TOP_PATH: routes.top,
+        DIFF_PATH: routes.diff,
+        PPROF_PATH: routes.pprof,
+    }
+    for path, app in apps.items():
+        router.add(path, app, protected=True)

@@ -1,0 +1,468 @@
+"""Dumps on demand: the agent's ``/debug/`` routes and its dump signal.
+
+``DumpService`` is started by the agent like an exporter.  It adds the
+``/debug/`` routes (``heapwatch._debug``) and, when ``HEAPWATCH_DUMP_DIR`` is
+set, handles ``HEAPWATCH_DUMP_SIGNAL`` (SIGUSR2 by default): the handler only
+writes one byte to a pipe, and a daemon thread named ``heapwatch-dump`` wakes
+up and writes the dump.  A dump is written to a hidden temporary file in the
+same directory, synced and renamed (``os.replace``), so a reader never sees
+half a file; then the oldest dumps beyond ``HEAPWATCH_DUMP_KEEP`` or
+``HEAPWATCH_DUMP_MAX_BYTES`` are deleted (only files named as heapwatch names
+its dumps).  One dump is built at a time: the endpoints refuse a second one
+(429), the signal waits for its turn.  A failure is logged; nothing is raised
+into the application.  docs/design/dumps.md has the whole picture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from heapwatch import _core
+    from heapwatch._agent import Agent
+    from heapwatch._config import AgentConfig
+    from heapwatch.dumpfile import DumpHeader, RawTrace
+
+__all__ = [
+    "DUMP_SUFFIX",
+    "CoreDumpSource",
+    "DumpService",
+    "DumpSource",
+    "dump_header",
+    "dump_name",
+    "iter_traces",
+    "list_dumps",
+    "prune_dumps",
+    "write_dump_file",
+]
+
+log = logging.getLogger("heapwatch.dumps")
+
+DUMP_SUFFIX = ".hwdump"
+# heapwatch-<UTC time>-<pid>-<sequence>.hwdump: sorting by name sorts by time.
+# Retention deletes only files whose whole name matches this.
+_DUMP_NAME = re.compile(r"heapwatch-(\d{8}T\d{6}\.\d{6}Z)-(\d+)-(\d+)\.hwdump\Z")
+# Traces built into Python tuples at a time while a dump is written.
+_TRACE_BATCH = 1 << 16
+
+
+class DumpSource(Protocol):
+    """Where the dumps' snapshots come from."""
+
+    def snapshot(self, traces: bool) -> _core.Snapshot:
+        """A snapshot of the tracer now (with every trace if ``traces``);
+        raises RuntimeError when nothing is being traced."""
+
+
+class CoreDumpSource:
+    """``heapwatch._core``, the C tracer."""
+
+    def snapshot(self, traces: bool) -> _core.Snapshot:
+        from heapwatch import _core  # noqa: PLC0415 (the C core: only when used)
+
+        # Never resets the peak: the peak is the agent cycle's to reset.
+        return _core.take_snapshot(traces=traces, reset_peak=False)
+
+
+def dump_header(
+    snap: _core.Snapshot, *, trigger: str, clock: Callable[[], float] = time.time
+) -> DumpHeader:
+    """The dump header of a snapshot of this process, taken now."""
+    from heapwatch import __version__  # noqa: PLC0415 (a cycle at import time)
+    from heapwatch.dumpfile import DumpHeader  # noqa: PLC0415 (imported on first use)
+
+    mode = snap.mode
+    return DumpHeader(
+        python_version=sys.version.split()[0],
+        pid=os.getpid(),
+        timestamp=clock(),
+        mode=mode,
+        sample_interval=snap.sample_interval if mode == "sample" else 0,
+        traceback_limit=snap.traceback_limit,
+        extra={
+            "hostname": socket.gethostname(),
+            "heapwatch_version": __version__,
+            "trigger": trigger,
+            "traced": str(snap.traced),
+            "peak": str(snap.peak),
+            "blocks": str(snap.blocks),
+        },
+    )
+
+
+def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Iterator[RawTrace]:
+    """Every trace of ``snap`` (taken with traces), about ``batch`` at a time.
+
+    ``Snapshot.traces()`` builds one Python tuple per trace; asking for the
+    tracebacks a mask selects, a few at a time, bounds the tuples alive to
+    about ``batch`` (plus the traces of one traceback), for one pass over
+    the C array per batch.  Batches are planned from each traceback's count:
+    exact in exact mode; in sample mode a block is sampled about once per
+    interval of its estimated bytes, or once when larger.
+    """
+    if snap.ntraces <= batch:
+        yield from snap.traces()
+        return
+    rows = snap.tracebacks()
+    exact = snap.mode == "exact"
+    interval = max(1, snap.sample_interval)
+    mask = bytearray(len(rows))
+    selected: list[int] = []
+    planned = 0
+    for index, (_domain, _frames, _total, size, count) in enumerate(rows):
+        mask[index] = 1
+        selected.append(index)
+        planned += count if exact else size // interval + 1
+        if planned >= batch:
+            yield from snap.traces(bytes(mask))
+            for chosen in selected:
+                mask[chosen] = 0
+            selected.clear()
+            planned = 0
+    if selected:
+        yield from snap.traces(bytes(mask))
+
+
+def dump_name(timestamp: float, pid: int, sequence: int) -> str:
+    """The file name of a dump: ``heapwatch-<UTC time>-<pid>-<n>.hwdump``."""
+    whole = int(timestamp)
+    micros = min(999_999, round((timestamp - whole) * 1e6))
+    when = time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole))
+    return f"heapwatch-{when}.{micros:06d}Z-{pid}-{sequence}{DUMP_SUFFIX}"
+
+
+def write_dump_file(
+    directory: str, name: str, header: DumpHeader, traces: Iterator[RawTrace]
+) -> str:
+    """Writes a dump as ``directory/name`` and returns its path.
+
+    The bytes go to a hidden temporary file in the same directory (created
+    exclusively, mode 0600), are synced, and the file is renamed: the dump
+    appears whole or not at all.  The directory is created (0700) if missing.
+    On failure the temporary file is removed and the error raised.
+    """
+    from heapwatch.dumpfile import write_dump  # noqa: PLC0415 (imported on first use)
+
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    final = os.path.join(directory, name)
+    temporary = os.path.join(directory, f".{name}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(temporary, flags, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fp:
+            write_dump(fp, header, traces)
+            fp.flush()
+            os.fsync(fp.fileno())
+        os.replace(temporary, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    # The rename itself survives a crash once the directory is synced.
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return final
+
+
+def list_dumps(directory: str) -> list[tuple[str, int]]:
+    """(name, size) of heapwatch's dumps in ``directory``, oldest first.
+
+    Only regular files named as heapwatch names its dumps count; temporary
+    files, other files and symbolic links are never listed."""
+    found: list[tuple[tuple[str, int, int], str, int]] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            match = _DUMP_NAME.match(entry.name)
+            if match is None:
+                continue
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+            except OSError:  # deleted meanwhile (another process's retention)
+                continue
+            key = (match.group(1), int(match.group(2)), int(match.group(3)))
+            found.append((key, entry.name, size))
+    found.sort()
+    return [(name, size) for _key, name, size in found]
+
+
+def prune_dumps(directory: str, keep: int, max_bytes: int, protect: str | None = None) -> list[str]:
+    """Deletes the oldest dumps until at most ``keep`` dumps (0: any number)
+    of at most ``max_bytes`` bytes together (0: any size) remain; never
+    ``protect`` (the dump just written, kept even when it alone is too big).
+    Returns the names deleted.  A dump another process deleted first counts
+    as deleted; another failure is logged and that dump skipped."""
+    if keep <= 0 and max_bytes <= 0:
+        return []
+    dumps = list_dumps(directory)
+    count = len(dumps)
+    total = sum(size for _name, size in dumps)
+    removed: list[str] = []
+    for name, size in dumps:
+        if not ((keep > 0 and count > keep) or (max_bytes > 0 and total > max_bytes)):
+            break
+        if name == protect:
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("heapwatch could not delete the old dump %s: %s", name, exc)
+            continue
+        count -= 1
+        total -= size
+        removed.append(name)
+    return removed
+
+
+class DumpService:
+    """The agent's on-demand dumps: the ``/debug/`` routes and the dump signal.
+
+    An exporter to the agent (``start``, ``shutdown``, ``after_fork_in_child``).
+    ``dump_lock`` is held while a dump, profile or top is built: the routes
+    answer 429 when they cannot take it at once, the signal's dump waits.
+
+    Args:
+        config: ``token`` (the routes' bearer token, read by the agent's
+            router), ``dump_signal``, ``dump_dir``, ``dump_keep`` and
+            ``dump_max_bytes``.
+        source: where snapshots come from (the C core by default).
+        clock: unix time, for dump headers and file names.
+    """
+
+    name = "dumps"
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        source: DumpSource | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.source: DumpSource = source if source is not None else CoreDumpSource()
+        self.clock = clock
+        # One object, so that signal.getsignal() can recognise it.
+        self._handler = self._on_signal
+        self._signum: int | None = None
+        self._previous_handler: Any = None
+        self._armed_pid = 0
+        self._sequence = 0
+        self._agent: weakref.ref[Agent] | None = None
+        self._init_state()
+
+    def _init_state(self) -> None:
+        # What a forked child must not inherit: a lock another thread held,
+        # the parent's worker and pipe.
+        self.dump_lock = threading.Lock()
+        self.last_duration = 0.0
+        self._wake: tuple[int, int] | None = None
+        self._worker: threading.Thread | None = None
+
+    @property
+    def agent(self) -> Agent | None:
+        """The agent this service was started by, if it is still alive."""
+        ref = self._agent
+        return ref() if ref is not None else None
+
+    @property
+    def signal_armed(self) -> bool:
+        """Whether this process's dump signal is handled by this service."""
+        return self._signum is not None and self._armed_pid == os.getpid()
+
+    # ---- the exporter protocol ---------------------------------------------
+
+    def start(self, agent: Agent) -> None:
+        """Adds the ``/debug/`` routes, unless the agent serves nothing else
+        and has no token (they would only answer 403 on a port opened for
+        them), and arms the dump signal when ``dump_dir`` is set."""
+        self._agent = weakref.ref(agent)
+        router = agent.router
+        if router.token or router:
+            from heapwatch._debug import add_routes  # noqa: PLC0415 (only when served)
+
+            add_routes(router, self)
+            agent.retain_last_snapshot = True
+        config = self.config
+        if config.dump_dir is not None and config.dump_signal is not None:
+            self._start_worker()
+            self._arm(config.dump_signal)
+
+    def shutdown(self, timeout: float) -> None:
+        """Restores the signal's previous handler (from the main thread: from
+        another one the handler stays, doing nothing) and stops the worker."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        disarmed = self._disarm()
+        wake, worker = self._wake, self._worker
+        self._wake = self._worker = None
+        if wake is not None:
+            with contextlib.suppress(OSError):
+                os.write(wake[1], b"q")
+            if worker is not None and worker is not threading.current_thread():
+                worker.join(max(0.0, deadline - time.monotonic()))
+            # The write end stays open while our handler may still run
+            # (another thread stopped us): its number must not be reused
+            # by a file the handler would then write to.
+            for fd in wake if disarmed else wake[:1]:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def after_fork_in_child(self) -> None:
+        """Drops the parent's pipe, worker and lock (the handler stays
+        installed and is armed again by ``start``)."""
+        wake = self._wake
+        self._init_state()
+        self._armed_pid = 0
+        for fd in wake or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # ---- the signal --------------------------------------------------------
+
+    def _arm(self, name: str) -> None:
+        import signal  # noqa: PLC0415 (only with a dump directory)
+
+        signum = int(getattr(signal, name))
+        current = signal.getsignal(signum)
+        if current is self._handler:  # still ours: a restart after fork
+            self._signum = signum
+            self._armed_pid = os.getpid()
+            return
+        stale = getattr(current, "__self__", None)
+        if isinstance(stale, DumpService):
+            # Left by a service stopped outside the main thread: heapwatch's
+            # own, not the application's.
+            current = stale._previous_handler
+        elif current not in (signal.SIG_DFL, signal.SIG_IGN):
+            log.warning(
+                "heapwatch does not handle %s: the application handles it already (%r); "
+                "choose a free signal with HEAPWATCH_DUMP_SIGNAL, or none",
+                name,
+                current,
+            )
+            return
+        try:
+            signal.signal(signum, self._handler)
+        except ValueError:  # only the main thread may install a handler
+            log.warning(
+                "heapwatch does not handle %s: the agent was started outside the main "
+                "thread (use GET /debug/heapwatch/snapshot instead)",
+                name,
+            )
+            return
+        self._signum = signum
+        self._previous_handler = current
+        self._armed_pid = os.getpid()
+        log.info(
+            "heapwatch writes a dump into %s on %s (kill -%s %d)",
+            self.config.dump_dir,
+            name,
+            name[3:],
+            os.getpid(),
+        )
+
+    def _disarm(self) -> bool:
+        """Puts the previous handler back; False when ours may still run."""
+        signum = self._signum
+        if signum is None:
+            return True
+        import signal  # noqa: PLC0415 (armed: already imported)
+
+        try:
+            if signal.getsignal(signum) is self._handler:
+                signal.signal(signum, self._previous_handler)
+        except ValueError:  # not the main thread
+            return False
+        self._signum = None
+        return True
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Runs in the main thread between two bytecodes, possibly while that
+        # thread holds any lock (heapwatch's included): it takes none and only
+        # writes one byte to a non-blocking pipe.  The pid check ignores a
+        # signal caught in a forked child before it armed its own pipe.
+        wake = self._wake
+        if wake is None or self._armed_pid != os.getpid():
+            return
+        with contextlib.suppress(OSError):  # full: a dump is pending already
+            os.write(wake[1], b"d")
+
+    def _start_worker(self) -> None:
+        if self._worker is not None:
+            return
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        self._wake = (read_end, write_end)
+        worker = threading.Thread(
+            target=self._work, args=(read_end,), name="heapwatch-dump", daemon=True
+        )
+        self._worker = worker
+        worker.start()
+
+    def _work(self, read_end: int) -> None:
+        while True:
+            try:
+                data = os.read(read_end, 64)
+            except OSError:
+                return
+            if not data or b"q" in data:
+                return
+            # Signals that arrived during the last dump give one more dump.
+            try:
+                self.dump_to_directory(trigger="signal")
+            except Exception:
+                log.exception("heapwatch could not write a dump into %s", self.config.dump_dir)
+
+    # ---- dumps ---------------------------------------------------------------
+
+    def dump_to_directory(self, trigger: str = "signal") -> str:
+        """Writes a dump of every live trace into ``dump_dir`` now (waiting
+        for a dump in progress), applies the retention limits and returns the
+        dump's path.  Raises what failed; the service itself never does."""
+        directory = self.config.dump_dir
+        if directory is None:
+            raise RuntimeError("no dump directory: set HEAPWATCH_DUMP_DIR")
+        started = time.monotonic()
+        with self.dump_lock:
+            snap = self.source.snapshot(traces=True)
+            header = dump_header(snap, trigger=trigger, clock=self.clock)
+            self._sequence += 1
+            name = dump_name(header.timestamp, header.pid, self._sequence)
+            path = write_dump_file(directory, name, header, iter_traces(snap))
+            ntraces = snap.ntraces
+            del snap
+            self.last_duration = time.monotonic() - started
+        try:
+            size = os.path.getsize(path)
+        except OSError:  # another process's retention was quicker
+            size = 0
+        removed = prune_dumps(
+            directory, self.config.dump_keep, self.config.dump_max_bytes, protect=name
+        )
+        log.info(
+            "heapwatch wrote %s (%d traces, %d bytes, %.2fs)%s",
+            path,
+            ntraces,
+            size,
+            self.last_duration,
+            f"; deleted {len(removed)} older dumps" if removed else "",
+        )
+        return path

@@ -1,0 +1,255 @@
+"""The dump signal in a real service process: os.kill, atomic files, retention, fork."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import heapwatch
+import heapwatch_exporters
+from agent_process import clean_env
+from heapwatch import tracemalloc as hw_tm
+from heapwatch._dumps import list_dumps
+from heapwatch.dumpfile import DumpError, read_dump
+
+SERVICE = textwrap.dedent(
+    """\
+    import os, signal, sys, time
+
+    if os.environ.get("APP_HANDLER"):
+        signal.signal(signal.SIGUSR2, lambda *_: print("APP", flush=True))
+
+    import heapwatch
+
+    assert heapwatch.start_agent() is not None
+    leak = []
+
+
+    def grow():
+        leak.append(bytearray(20_000))  # LEAK
+
+
+    for _ in range(50):
+        grow()
+    if os.environ.get("FORK") and os.fork() == 0:
+        print("CHILD", os.getpid(), flush=True)
+    else:
+        print("READY", os.getpid(), flush=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    """
+)
+LEAK_LINE = next(i for i, line in enumerate(SERVICE.splitlines(), 1) if "# LEAK" in line)
+
+
+def python_path() -> str:
+    """This test's heapwatch, for the child (installed or in the source tree)."""
+    paths = {
+        os.path.dirname(os.path.dirname(heapwatch.__file__)),
+        os.path.dirname(os.path.dirname(heapwatch_exporters.__file__)),
+    }
+    return os.pathsep.join(sorted(paths))
+
+
+class Service:
+    def __init__(self, proc: subprocess.Popen[str], dump_dir: Path, stderr: Path) -> None:
+        self.proc = proc
+        self.dump_dir = dump_dir
+        self.stderr_path = stderr
+        self.pids: list[int] = []
+        self._lines: list[str] = []
+
+    def line(self, prefix: str, timeout: float = 60) -> str:
+        """The first line of stdout starting with prefix (parent and child share it)."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for text in self._lines:
+                if text.startswith(prefix):
+                    self._lines.remove(text)
+                    return text
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            if ready:
+                text = self.proc.stdout.readline()
+                if not text:
+                    break
+                self._lines.append(text.strip())
+        raise AssertionError(f"no {prefix!r} line; stderr: {self.stderr()}")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def dumps(self) -> list[str]:
+        if not self.dump_dir.is_dir():
+            return []
+        return [name for name, _ in list_dumps(str(self.dump_dir))]
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
+    running: list[Service] = []
+
+    def start(dump_dir: Path | None = None, **env: str) -> Service:
+        script = tmp_path / "service.py"
+        script.write_text(SERVICE)
+        directory = dump_dir if dump_dir is not None else tmp_path / "dumps"
+        variables = {
+            "PYTHONPATH": python_path(),
+            "HEAPWATCH_EXPORTERS": "none",
+            "HEAPWATCH_MODE": "exact",
+            "HEAPWATCH_INTERVAL": "3600",
+            "HEAPWATCH_DUMP_DIR": str(directory),
+            **env,
+        }
+        stderr = tmp_path / f"stderr-{len(running)}.txt"
+        with stderr.open("w") as err:
+            proc = subprocess.Popen(
+                [sys.executable, str(script)],
+                env=clean_env(**variables),
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        started = Service(proc, directory, stderr)
+        running.append(started)
+        return started
+
+    yield start
+    for started in running:
+        for pid in started.pids:  # forked children the test was told about
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if started.proc.poll() is None:
+            started.proc.kill()
+        started.proc.wait(30)
+        if started.proc.stdout is not None:
+            started.proc.stdout.close()
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.02)
+
+
+def test_each_signal_writes_a_whole_dump_and_old_ones_are_deleted(
+    service: Callable[..., Service],
+) -> None:
+    # Given a service keeping 2 dumps, and files of its own in the dump directory
+    svc = service(HEAPWATCH_DUMP_KEEP="2")
+    pid = int(svc.line("READY").split()[1])
+    mine = ["notes.txt", "heapwatch-keep.hwdump"]
+    svc.dump_dir.mkdir(exist_ok=True)
+    for name in mine:
+        (svc.dump_dir / name).write_text("not a dump")
+    # and a reader that reads every dump as soon as it is listed
+    seen: set[str] = set()
+    problems: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for name in os.listdir(svc.dump_dir):
+                if name in mine or name.startswith("."):
+                    continue
+                try:
+                    read_dump(svc.dump_dir / name)
+                except FileNotFoundError:
+                    continue  # deleted by the retention meanwhile
+                except DumpError as exc:
+                    problems.append(f"{name}: {exc}")
+                seen.add(name)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        # When it gets SIGUSR2 four times
+        for count in range(1, 5):
+            os.kill(pid, signal.SIGUSR2)
+            wait_until(lambda count=count: len(seen) >= count)
+    finally:
+        stop.set()
+        watcher.join()
+    # Then no reader ever saw a partial dump, the two newest remain, the rest is untouched
+    assert problems == []
+    assert len(seen) == 4
+    assert svc.dumps() == sorted(seen)[2:]
+    for name in mine:
+        assert (svc.dump_dir / name).read_text() == "not a dump"
+    assert not [n for n in os.listdir(svc.dump_dir) if n.endswith(".tmp")]
+    # and the dump is this process's, with its leak
+    newest = svc.dump_dir / svc.dumps()[-1]
+    dump = read_dump(newest)
+    assert (dump.header.pid, dump.header.extra["trigger"]) == (pid, "signal")
+    assert svc.dumps()[-1].startswith("heapwatch-") and f"-{pid}-4.hwdump" in svc.dumps()[-1]
+    top = hw_tm.Snapshot.load(newest).statistics("lineno")[0]
+    assert top.traceback[0].lineno == LEAK_LINE
+    assert top.size >= 50 * 20_000
+    assert svc.proc.poll() is None
+
+
+def test_the_byte_limit_keeps_only_what_fits(service: Callable[..., Service]) -> None:
+    svc = service(HEAPWATCH_DUMP_KEEP="0", HEAPWATCH_DUMP_MAX_BYTES="1")
+    pid = int(svc.line("READY").split()[1])
+    os.kill(pid, signal.SIGUSR2)
+    wait_until(lambda: len(svc.dumps()) == 1)
+    first = svc.dumps()
+    os.kill(pid, signal.SIGUSR2)
+    # the newest dump is kept even alone over the limit; the older one goes
+    wait_until(lambda: len(svc.dumps()) == 1 and svc.dumps() != first)
+
+
+def test_a_forked_child_dumps_itself_on_its_own_signal(service: Callable[..., Service]) -> None:
+    svc = service(FORK="1")
+    parent = int(svc.line("READY").split()[1])
+    child = int(svc.line("CHILD").split()[1])
+    svc.pids.append(child)
+    os.kill(child, signal.SIGUSR2)
+    wait_until(lambda: len(svc.dumps()) == 1)
+    (name,) = svc.dumps()
+    assert f"-{child}-" in name
+    assert read_dump(svc.dump_dir / name).header.pid == child
+    os.kill(parent, signal.SIGUSR2)
+    wait_until(lambda: len(svc.dumps()) == 2)
+    assert any(f"-{parent}-" in n for n in svc.dumps())
+
+
+def test_an_application_handler_keeps_the_signal(service: Callable[..., Service]) -> None:
+    svc = service(APP_HANDLER="1")
+    pid = int(svc.line("READY").split()[1])
+    os.kill(pid, signal.SIGUSR2)
+    assert svc.line("APP") == "APP"
+    assert "does not handle SIGUSR2: the application handles it already" in svc.stderr()
+    assert svc.dumps() == []
+    assert svc.proc.poll() is None
+
+
+def test_a_failing_dump_is_logged_and_the_service_runs_on(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    svc = service(dump_dir=blocker / "dumps")
+    pid = int(svc.line("READY").split()[1])
+    os.kill(pid, signal.SIGUSR2)
+    wait_until(lambda: "heapwatch could not write a dump into" in svc.stderr())
+    assert svc.proc.poll() is None
+    # and the next signal is handled again (and fails again, logged again)
+    os.kill(pid, signal.SIGUSR2)
+    wait_until(lambda: svc.stderr().count("heapwatch could not write a dump into") == 2)
+    assert svc.proc.poll() is None

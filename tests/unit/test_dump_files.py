@@ -1,0 +1,261 @@
+"""Dump files: names, atomic writes, retention, batching, and the dump signal in-process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_model import ModelSource
+from heapwatch._agent import Agent
+from heapwatch._config import DEFAULTS, AgentConfig
+from heapwatch._dumps import (
+    DumpService,
+    dump_name,
+    iter_traces,
+    list_dumps,
+    prune_dumps,
+    write_dump_file,
+)
+from heapwatch.dumpfile import DumpHeader, read_dump
+
+HEADER = DumpHeader("3.11.7", 42, 1_700_000_000.5, "exact", 0, 1, {})
+TRACES = [(0, 100, (("app.py", 3),), 1), (0, 50, (("app.py", 4),), 1)]
+
+
+class FakeSnapshot:
+    """What DumpService reads of a core snapshot, from raw traces."""
+
+    def __init__(self, traces: list[Any], mode: str = "exact", sample_interval: int = 0) -> None:
+        self._traces = traces
+        self.mode = mode
+        self.sample_interval = sample_interval
+        self.traceback_limit = 1
+        self.traced = sum(t[1] for t in traces)
+        self.peak = self.traced
+        self.blocks = len(traces)
+        self.ntraces = len(traces)
+        keys = list(dict.fromkeys((t[0], t[2], t[3]) for t in traces))
+        self._index = {key: i for i, key in enumerate(keys)}
+        self.passes = 0
+
+    def tracebacks(self) -> list[tuple[Any, ...]]:
+        rows = []
+        for domain, frames, total in self._index:
+            mine = [t for t in self._traces if (t[0], t[2], t[3]) == (domain, frames, total)]
+            rows.append((domain, frames, total, sum(t[1] for t in mine), len(mine)))
+        return rows
+
+    def traces(self, mask: bytes | None = None) -> list[Any]:
+        self.passes += 1
+        return [t for t in self._traces if mask is None or mask[self._index[t[0], t[2], t[3]]]]
+
+
+class FakeSource:
+    def __init__(self, traces: list[Any] = TRACES) -> None:
+        self.traces = traces
+        self.fail: Exception | None = None
+
+    def snapshot(self, traces: bool) -> FakeSnapshot:
+        if self.fail is not None:
+            raise self.fail
+        return FakeSnapshot(self.traces)
+
+
+def test_dump_names_sort_by_time_and_say_which_process() -> None:
+    name = dump_name(1_700_000_000.123456, 4242, 7)
+    assert name == "heapwatch-20231114T221320.123456Z-4242-7.hwdump"
+    assert dump_name(1_700_000_000.999999, 1, 1) < dump_name(1_700_000_001.0, 1, 1)
+
+
+def test_a_dump_file_appears_whole_with_private_permissions(tmp_path: Path) -> None:
+    directory = tmp_path / "new" / "dumps"
+    path = write_dump_file(str(directory), "heapwatch-x.hwdump", HEADER, iter(TRACES))
+    assert path == str(directory / "heapwatch-x.hwdump")
+    assert read_dump(path).traces == TRACES
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert os.stat(directory).st_mode & 0o777 == 0o700
+    assert os.listdir(directory) == ["heapwatch-x.hwdump"]
+
+
+def test_a_failed_write_leaves_no_file_at_all(tmp_path: Path) -> None:
+    def failing() -> Iterator[Any]:
+        yield TRACES[0]
+        # the temporary file exists now, hidden, under another name
+        (hidden,) = os.listdir(tmp_path)
+        assert hidden.startswith(".") and hidden.endswith(".tmp")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_dump_file(str(tmp_path), "heapwatch-x.hwdump", HEADER, failing())
+    assert os.listdir(tmp_path) == []
+
+
+def make_dumps(directory: Path, count: int, size: int = 10) -> list[str]:
+    names = [dump_name(1_700_000_000 + i, 100 + i % 2, i) for i in range(count)]
+    for name in reversed(names):  # creation order must not matter: the name's time does
+        (directory / name).write_bytes(b"x" * size)
+    return names
+
+
+def test_retention_keeps_the_newest_dumps_and_touches_nothing_else(tmp_path: Path) -> None:
+    names = make_dumps(tmp_path, 5)
+    others = [
+        "notes.txt",
+        "heapwatch-latest.hwdump",
+        ".heapwatch-20231114T221320.000000Z-1-1.hwdump.tmp",
+        names[0] + ".bak",
+    ]
+    for other in others:
+        (tmp_path / other).write_text("mine")
+    os.symlink(tmp_path / "notes.txt", tmp_path / dump_name(1_600_000_000, 1, 1))
+    removed = prune_dumps(str(tmp_path), keep=2, max_bytes=0, protect=names[-1])
+    assert removed == names[:3]
+    assert [name for name, _ in list_dumps(str(tmp_path))] == names[3:]
+    for other in others:
+        assert (tmp_path / other).read_text() == "mine"
+    assert (tmp_path / dump_name(1_600_000_000, 1, 1)).is_symlink()
+
+
+def test_retention_by_bytes_never_deletes_the_dump_just_written(tmp_path: Path) -> None:
+    names = make_dumps(tmp_path, 4, size=100)
+    assert prune_dumps(str(tmp_path), keep=0, max_bytes=250, protect=names[-1]) == names[:2]
+    # one dump bigger than the limit: it stays, it is the one just written
+    assert prune_dumps(str(tmp_path), keep=0, max_bytes=50, protect=names[-1]) == [names[2]]
+    assert [name for name, _ in list_dumps(str(tmp_path))] == [names[3]]
+    assert prune_dumps(str(tmp_path), keep=0, max_bytes=0) == []
+
+
+def test_traces_are_built_a_batch_of_tracebacks_at_a_time() -> None:
+    traces = [(0, i, ((f"f{i % 7}.py", i % 3),), 1) for i in range(100)]
+    snap = FakeSnapshot(traces)
+    assert sorted(iter_traces(snap, batch=10)) == sorted(traces)  # type: ignore[arg-type]
+    assert snap.passes > 1
+    small = FakeSnapshot(traces)
+    assert list(iter_traces(small, batch=1000)) == traces  # type: ignore[arg-type]
+    assert small.passes == 1
+
+
+@pytest.fixture
+def restore_usr2() -> Iterator[None]:
+    before = signal.getsignal(signal.SIGUSR2)
+    yield
+    signal.signal(signal.SIGUSR2, before)
+
+
+def agent_with(service: DumpService, config: AgentConfig) -> Agent:
+    agent = Agent(config, source=ModelSource(), exporters=[service])
+    assert agent.start()
+    return agent
+
+
+def wait_for_dumps(directory: Path, count: int) -> list[str]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        names = [name for name, _ in list_dumps(str(directory))] if directory.exists() else []
+        if len(names) >= count:
+            return names
+        time.sleep(0.02)
+    raise AssertionError(f"{count} dumps expected in {directory}")
+
+
+@pytest.mark.usefixtures("restore_usr2")
+def test_the_signal_writes_a_dump_from_a_worker_thread(tmp_path: Path) -> None:
+    # Given a service with a dump directory
+    config = DEFAULTS.replace(port=0, interval=3600, exporters=(), dump_dir=str(tmp_path))
+    service = DumpService(config, source=FakeSource())
+    agent = agent_with(service, config)
+    try:
+        assert signal.getsignal(signal.SIGUSR2) == service._handler
+        assert [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+        # When the process gets SIGUSR2
+        os.kill(os.getpid(), signal.SIGUSR2)
+        # Then a dump of the traces appears
+        (name,) = wait_for_dumps(tmp_path, 1)
+        dump = read_dump(tmp_path / name)
+        assert dump.traces == TRACES
+        assert dump.header.pid == os.getpid()
+        assert dump.header.extra["trigger"] == "signal"
+    finally:
+        agent.stop()
+    # and stopping puts the default disposition back
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+    assert not [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+
+
+@pytest.mark.usefixtures("restore_usr2")
+def test_a_failing_dump_is_logged_and_the_next_one_works(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = DEFAULTS.replace(exporters=(), dump_dir=str(tmp_path), interval=3600)
+    source = FakeSource()
+    source.fail = RuntimeError("the tracemalloc module must be tracing")
+    service = DumpService(config, source=source)
+    agent = agent_with(service, config)
+    try:
+        with caplog.at_level(logging.ERROR, logger="heapwatch.dumps"):
+            os.kill(os.getpid(), signal.SIGUSR2)
+            deadline = time.monotonic() + 20
+            while not caplog.records and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert "could not write a dump" in caplog.records[0].getMessage()
+        source.fail = None
+        os.kill(os.getpid(), signal.SIGUSR2)
+        wait_for_dumps(tmp_path, 1)
+    finally:
+        agent.stop()
+
+
+@pytest.mark.usefixtures("restore_usr2")
+def test_an_application_handler_is_left_alone_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def mine(signum: int, frame: object) -> None:
+        pass
+
+    signal.signal(signal.SIGUSR2, mine)
+    config = DEFAULTS.replace(exporters=(), dump_dir=str(tmp_path), interval=3600)
+    with caplog.at_level(logging.WARNING, logger="heapwatch.dumps"):
+        agent = agent_with(DumpService(config, source=FakeSource()), config)
+    try:
+        assert signal.getsignal(signal.SIGUSR2) is mine
+        message = caplog.records[0].getMessage()
+        assert "does not handle SIGUSR2: the application handles it already" in message
+        assert "HEAPWATCH_DUMP_SIGNAL" in message
+    finally:
+        agent.stop()
+    assert signal.getsignal(signal.SIGUSR2) is mine
+
+
+@pytest.mark.usefixtures("restore_usr2")
+def test_without_a_dump_dir_the_signal_is_untouched() -> None:
+    config = DEFAULTS.replace(exporters=(), interval=3600)
+    agent = agent_with(DumpService(config, source=FakeSource()), config)
+    try:
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+        assert not [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+        # and with neither a token nor another route, no port is opened for /debug/
+        assert agent.address is None
+    finally:
+        agent.stop()
+
+
+def test_dump_to_directory_without_a_directory_says_what_to_set() -> None:
+    with pytest.raises(RuntimeError, match="HEAPWATCH_DUMP_DIR"):
+        DumpService(DEFAULTS, source=FakeSource()).dump_to_directory()
+
+
+def test_dump_to_directory_applies_the_retention(tmp_path: Path) -> None:
+    config = DEFAULTS.replace(dump_dir=str(tmp_path), dump_keep=2)
+    clock = iter(1_700_000_000.0 + i for i in range(10))
+    service = DumpService(config, source=FakeSource(), clock=lambda: next(clock))
+    paths = [service.dump_to_directory("test") for _ in range(4)]
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(p) for p in paths[2:]]
+    assert all(read_dump(p).header.extra["trigger"] == "test" for p in paths[2:])
