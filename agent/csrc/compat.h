@@ -123,6 +123,23 @@ hw_frame_code_if_complete(hw_pyframe_t *frame)
 #endif
 }
 
+/* Whether a frame below the innermost complete one counts in total_nframe.
+ * Only the innermost frame can be incomplete (still being set up: frames
+ * below it have called into it), so deeper frames skip only the C-stack
+ * shims; a cheap test on the hot walk to the bottom of deep stacks. */
+static inline int
+hw_frame_counts_below(hw_pyframe_t *frame)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return frame->owner != FRAME_OWNED_BY_CSTACK && PyCode_Check(frame->f_executable);
+#elif PY_VERSION_HEX >= 0x030C0000
+    return frame->owner != FRAME_OWNED_BY_CSTACK;
+#else
+    (void)frame;
+    return 1;
+#endif
+}
+
 /* Byte offset of the frame's current instruction, the unit
  * PyCode_Addr2Line() takes.  Negative before the first instruction. */
 static inline int

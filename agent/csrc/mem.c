@@ -1,7 +1,10 @@
 #include "mem.h"
 
 #include <malloc.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 /* Atomic counters: updated by hooks running without the GIL. */
 static size_t hw_mem_bytes[HW_MEM_NCATEGORIES];
@@ -35,6 +38,29 @@ hw_calloc(hw_mem_category_t cat, size_t nelem, size_t elsize)
     if (ptr != NULL) {
         account(cat, ptr, +1);
     }
+    return ptr;
+}
+
+void *
+hw_calloc_huge(hw_mem_category_t cat, size_t nelem, size_t elsize)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (elsize == 0 || nelem > SIZE_MAX / elsize) {
+        return NULL;
+    }
+    size_t size = nelem * elsize;
+    if (size < 2 * huge) {
+        return hw_calloc(cat, nelem, elsize);
+    }
+    void *ptr;
+    if (posix_memalign(&ptr, huge, size) != 0) {
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(ptr, size, MADV_HUGEPAGE); /* advice: failure is harmless */
+#endif
+    memset(ptr, 0, size);
+    account(cat, ptr, +1);
     return ptr;
 }
 

@@ -18,6 +18,9 @@ typedef enum {
 
 void *hw_malloc(hw_mem_category_t cat, size_t size);
 void *hw_calloc(hw_mem_category_t cat, size_t nelem, size_t elsize);
+/* Like hw_calloc; blocks of 4 MiB and more are 2 MiB aligned and advised to
+ * use transparent huge pages.  Freed with hw_free. */
+void *hw_calloc_huge(hw_mem_category_t cat, size_t nelem, size_t elsize);
 /* On failure returns NULL and leaves ptr untouched. */
 void *hw_realloc(hw_mem_category_t cat, void *ptr, size_t size);
 void hw_free(hw_mem_category_t cat, void *ptr);

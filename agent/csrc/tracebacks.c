@@ -39,20 +39,21 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe
     }
     int n = 0;
     uint32_t total = 0;
-    for (hw_pyframe_t *frame = hw_frame_top(tstate); frame != NULL; frame = hw_frame_back(frame)) {
+    hw_pyframe_t *frame = hw_frame_top(tstate);
+    for (; frame != NULL && n < max_nframe; frame = hw_frame_back(frame)) {
         PyCodeObject *code = hw_frame_code_if_complete(frame);
         if (code == NULL) {
             continue;
         }
-        if (n < max_nframe) {
-            cap->frames[n].key = (uintptr_t)code;
-            cap->frames[n].lasti = hw_frame_lasti(frame, code);
-            cap->frames[n].lineno = -1;
-            n++;
-        }
-        if (total < UINT16_MAX) {
-            total++;
-        }
+        cap->frames[n].key = (uintptr_t)code;
+        cap->frames[n].lasti = hw_frame_lasti(frame, code);
+        cap->frames[n].lineno = -1;
+        n++;
+        total++;
+    }
+    /* The real depth: as the stdlib, capped at UINT16_MAX. */
+    for (; frame != NULL && total < UINT16_MAX; frame = hw_frame_back(frame)) {
+        total += (uint32_t)hw_frame_counts_below(frame);
     }
     cap->nframe = n;
     cap->total_nframe = (uint16_t)total;
@@ -220,6 +221,22 @@ tb_eq(const void *record, const void *key)
     return 1;
 }
 
+/* hw_pset_find() specialised for tracebacks: this runs on every traced
+ * allocation, and an inlined compare beats the generic callback. */
+static inline hw_traceback_t *
+tb_find_unlocked(uint64_t hash, const tb_key_t *key)
+{
+    for (size_t i = hash & tb_set.mask;; i = (i + 1) & tb_set.mask) {
+        hw_traceback_t *tb = tb_set.slots[i];
+        if (tb == NULL) {
+            return NULL;
+        }
+        if (tb->hash == hash && tb_eq(tb, key)) {
+            return tb;
+        }
+    }
+}
+
 int
 hw_tb_init_unlocked(void)
 {
@@ -352,7 +369,7 @@ hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
         goto fail;
     }
     uint64_t hash = hash_frames(&key);
-    hw_traceback_t *tb = hw_pset_find(&tb_set, hash, tb_eq, &key);
+    hw_traceback_t *tb = tb_find_unlocked(hash, &key);
     if (tb != NULL) {
         return tb;
     }

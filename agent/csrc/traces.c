@@ -25,7 +25,9 @@ log2_of(size_t capacity)
 static int
 alloc_slots(hw_traces_t *t, size_t capacity)
 {
-    hw_slot_t *slots = hw_calloc(HW_MEM_TRACER, capacity, sizeof(hw_slot_t));
+    /* Big tables are probed at random addresses: huge pages spare a TLB
+     * miss on most probes (tables of a million traces are 32 MiB). */
+    hw_slot_t *slots = hw_calloc_huge(HW_MEM_TRACER, capacity, sizeof(hw_slot_t));
     if (slots == NULL) {
         return -1;
     }

@@ -366,13 +366,6 @@ print(snapshot.traced / (2000 * 4096))
 """
 
 
-@pytest.mark.xfail(
-    reason="core: a new thread's sampling RNG is seeded from pthread_self() and the "
-    "generation only (sampling.c, hw_sample_slow); successive short-lived threads reuse "
-    "the same pthread_self(), so they all draw the same first countdown and a "
-    "thread-per-request leak is never (or always) sampled",
-    strict=True,
-)
 def test_a_leak_in_short_lived_threads_is_estimated_in_sample_mode(tmp_path: Path) -> None:
     # Given a server that handles each request in a new thread, leaking 4 KiB each
     done = run_python(SHORT_THREADS, tmp_path)

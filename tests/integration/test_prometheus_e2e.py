@@ -299,11 +299,6 @@ def test_variables_list_the_job_and_instances(stack: Stack) -> None:
     assert sorted(instances) == sorted(d.instance for d in stack.demos.values())
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="sample mode misestimates allocations made in short-lived threads (the demo "
-    "serves each request in a new thread): the leaking line is often never sampled",
-)
 def test_sample_mode_leak_is_a_suspect(stack: Stack) -> None:
     """Sample mode: the leaking line's estimate moves by samples, never down."""
     rows = stack.wait_for_leak(stack.demos["sample"], 60)
