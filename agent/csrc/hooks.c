@@ -115,23 +115,50 @@ wants_record(int state, hw_tls_t *tls, size_t size)
     return !(state & HW_STATE_SAMPLE) || hw_sample_take(tls, size);
 }
 
+/* pymalloc serves MEM and OBJ requests up to this size itself; larger ones
+ * go to PyMem_RawMalloc, i.e. through our RAW hook, nested.  (Its arena table
+ * may also grow through PyMem_RawRealloc: a real block, traced on its own.) */
+#define HW_NESTING_THRESHOLD 512
+
+#define CALL_ALLOC(a, zeroed, nelem, elsize) \
+    ((zeroed) ? (a)->calloc((a)->ctx, (nelem), (elsize)) : (a)->malloc((a)->ctx, (elsize)))
+
+/* Out of line, so that the fast paths of the hooks save no registers. */
+static __attribute__((noinline)) void *
+alloc_flagged(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem, size_t elsize,
+              int record, int gil_domain)
+{
+    tls->reentrant = 1;
+    void *ptr = CALL_ALLOC(a, zeroed, nelem, elsize);
+    if (ptr != NULL && record) {
+        record_block(ptr, nelem * elsize, gil_domain);
+    }
+    tls->reentrant = 0;
+    return ptr;
+}
+
 static inline void *
 hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
     hw_tls_t *tls = &hw_tls;
-    if (tls->reentrant) {
-        return zeroed ? a->calloc(a->ctx, nelem, elsize) : a->malloc(a->ctx, elsize);
-    }
-    tls->reentrant = 1;
-    void *ptr = zeroed ? a->calloc(a->ctx, nelem, elsize) : a->malloc(a->ctx, elsize);
     int state = hw_load_int(&hw_tracer.hook_state);
-    /* calloc: the wrapped allocator checked nelem * elsize for overflow */
-    if (ptr != NULL && wants_record(state, tls, nelem * elsize)) {
-        record_block(ptr, nelem * elsize, gil_domain);
+    if (tls->reentrant || !(state & HW_STATE_RECORDING)) {
+        return CALL_ALLOC(a, zeroed, nelem, elsize);
     }
-    tls->reentrant = 0;
-    return ptr;
+    /* calloc: the wrapped allocator checks nelem * elsize for overflow and
+     * then fails; a wrapped product only skews one sampling decision. */
+    size_t size = nelem * elsize;
+    int record = 1;
+    if (state & HW_STATE_SAMPLE) {
+        record = hw_sample_take(tls, size);
+        if (!record && (!gil_domain || size <= HW_NESTING_THRESHOLD)) {
+            /* The common case: nothing to record and nothing can nest, so
+             * a tail call without touching the re-entrancy flag. */
+            return CALL_ALLOC(a, zeroed, nelem, elsize);
+        }
+    }
+    return alloc_flagged(a, tls, zeroed, nelem, elsize, record, gil_domain);
 }
 
 static void *
@@ -213,22 +240,29 @@ forget_block(void *ptr, int gil_domain)
     }
 }
 
+static __attribute__((noinline)) void
+free_traced(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_domain)
+{
+    forget_block(ptr, gil_domain);
+    tls->reentrant = 1;
+    a->free(a->ctx, ptr);
+    tls->reentrant = 0;
+}
+
 static inline void
 hook_free(int d, int gil_domain, void *ptr)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
     hw_tls_t *tls = &hw_tls;
-    if (tls->reentrant) {
+    int state = hw_load_int(&hw_tracer.hook_state);
+    if (tls->reentrant || !(state & HW_STATE_TRACING) || ptr == NULL ||
+        !maybe_traced(state, ptr)) {
+        /* A nested free of the same block (pymalloc handing a large one to
+         * PyMem_RawFree) finds the same answer: no flag needed, tail call. */
         a->free(a->ctx, ptr);
         return;
     }
-    int state = hw_load_int(&hw_tracer.hook_state);
-    if ((state & HW_STATE_TRACING) && ptr != NULL && maybe_traced(state, ptr)) {
-        forget_block(ptr, gil_domain);
-    }
-    tls->reentrant = 1;
-    a->free(a->ctx, ptr);
-    tls->reentrant = 0;
+    free_traced(a, tls, ptr, gil_domain);
 }
 
 #define DEFINE_HOOKS(NAME, D, GIL)                                                   \

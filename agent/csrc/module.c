@@ -787,8 +787,8 @@ core_check_invariants(PyObject *module, PyObject *unused)
             problem = "a traceback's sums differ from its traces";
             goto done;
         }
-        if (tb->ntraces == 0 && tb->pins == 0) {
-            problem = "an unused traceback was not released";
+        if ((tb->ntraces == 0 && tb->pins == 0) != (tb->idle != 0)) {
+            problem = "a traceback's idle mark disagrees with its counts";
             goto done;
         }
         total += tb->size;

@@ -13,6 +13,7 @@ static hw_traceback_t **tb_ids;   /* id -> traceback; free ids hold (next << 1) 
 static uint32_t tb_ids_cap;
 static uint32_t tb_ids_bound = 1; /* id 0 is never handed out */
 static uint32_t tb_ids_free;      /* head of the free list, 0 when empty */
+static size_t idle_count;         /* interned tracebacks with idle set */
 static PyObject **graveyard;      /* code references to release with the GIL */
 static size_t graveyard_len;
 static size_t graveyard_cap;
@@ -51,9 +52,12 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe
         n++;
         total++;
     }
-    /* The real depth: as the stdlib, capped at UINT16_MAX. */
-    for (; frame != NULL && total < UINT16_MAX; frame = hw_frame_back(frame)) {
+    /* The real depth, the hot loop on deep stacks: nothing but the chain. */
+    for (; frame != NULL; frame = hw_frame_back(frame)) {
         total += (uint32_t)hw_frame_counts_below(frame);
+    }
+    if (total > UINT16_MAX) {
+        total = UINT16_MAX; /* as the stdlib */
     }
     cap->nframe = n;
     cap->total_nframe = (uint16_t)total;
@@ -371,6 +375,10 @@ hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
     uint64_t hash = hash_frames(&key);
     hw_traceback_t *tb = tb_find_unlocked(hash, &key);
     if (tb != NULL) {
+        if (tb->idle) {
+            tb->idle = 0;
+            idle_count--;
+        }
         return tb;
     }
 
@@ -417,16 +425,44 @@ fail:
     return NULL;
 }
 
+static void
+tb_unintern_unlocked(hw_traceback_t *tb)
+{
+    hw_pset_remove(&tb_set, tb);
+    tb_free_unlocked(tb);
+}
+
+void
+hw_tb_sweep_unlocked(void)
+{
+    if (idle_count == 0) {
+        return;
+    }
+    for (uint32_t id = 1; id < tb_ids_bound; id++) {
+        hw_traceback_t *tb = tb_ids[id];
+        if (!((uintptr_t)tb & 1) && tb->idle) {
+            tb_unintern_unlocked(tb);
+        }
+    }
+    idle_count = 0;
+}
+
 void
 hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
 {
-    if (tb->ntraces != 0 || tb->pins != 0) {
+    if (tb->ntraces != 0 || tb->pins != 0 || tb->idle) {
         return;
     }
-    if (tb->id != 0) {
-        hw_pset_remove(&tb_set, tb);
+    if (tb->id == 0) {
+        tb_free_unlocked(tb); /* detached by clear_traces(): its snapshot let go */
+        return;
     }
-    tb_free_unlocked(tb);
+    tb->idle = 1;
+    idle_count++;
+    /* Amortized: each sweep frees at least half of what is interned. */
+    if (idle_count > 4096 && idle_count * 2 > tb_set.count) {
+        hw_tb_sweep_unlocked();
+    }
 }
 
 void
@@ -465,6 +501,7 @@ hw_tb_clear_unlocked(void)
     tb_ids_cap = 0;
     tb_ids_bound = 1;
     tb_ids_free = 0;
+    idle_count = 0;
     hw_pset_fini(&tb_set);
     hw_pset_fini(&name_set);
     initialized = 0;
@@ -480,6 +517,7 @@ void
 hw_graveyard_drain(void)
 {
     hw_lock();
+    hw_tb_sweep_unlocked();
     PyObject **dead = graveyard;
     size_t n = graveyard_len;
     graveyard = NULL;

@@ -5,11 +5,15 @@
  * per allocation is where the stdlib tracer spends most of its time on 3.11+).
  * Identical tracebacks are interned once and shared by all their traces.
  *
- * Lifetime: an interned traceback lives while live traces (ntraces) or
- * snapshots (pins) refer to it.  It owns one strong reference to each code
- * object it names; when it dies those references go to the graveyard, to be
- * released later with the GIL, because a traceback can die inside a free hook
- * that runs without the GIL or must not run Python code (a dealloc).
+ * Lifetime: an interned traceback is in use while live traces (ntraces) or
+ * snapshots (pins) refer to it.  Once unused it stays interned, idle, until a
+ * sweep: a site that allocates and frees one block per iteration would
+ * otherwise free and re-create its traceback every time.  Idle tracebacks are
+ * swept when they outnumber the tracebacks in use (and at every drain), so the
+ * tracer's memory stays bounded by live traces.  A traceback owns one strong
+ * reference to each code object it names; when it is freed those references go
+ * to the graveyard, to be released later with the GIL, because a sweep can run
+ * inside a free hook that runs without the GIL or must not run Python code.
  *
  * Frames captured without the GIL ("foreign": RAW allocations from threads
  * that released it) cannot take references, so they are resolved at once into
@@ -55,6 +59,7 @@ typedef struct hw_traceback {
     uint32_t domain;
     uint16_t nframe;
     uint16_t total_nframe;
+    uint32_t idle; /* interned but unused, counted in the idle total */
     hw_frame_t frames[];
 } hw_traceback_t;
 
@@ -79,17 +84,21 @@ void hw_tb_clear_unlocked(void);
 /* Returns the interned traceback for a capture (created with ntraces = pins
  * = 0), or NULL when out of memory. */
 hw_traceback_t *hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap);
-/* Frees tb if neither traces nor snapshots refer to it any more. */
+/* Marks tb idle if neither traces nor snapshots refer to it any more (a
+ * detached one is freed at once); sweeps when idle ones pile up. */
 void hw_tb_release_if_unused_unlocked(hw_traceback_t *tb);
+/* Frees every idle traceback. */
+void hw_tb_sweep_unlocked(void);
 hw_traceback_t *hw_tb_by_id_unlocked(uint32_t id);
 /* All ids are below this bound. */
 uint32_t hw_tb_id_bound_unlocked(void);
+/* Interned tracebacks, idle ones included. */
 size_t hw_tb_count_unlocked(void);
 
 /* Code references waiting for the GIL. */
 size_t hw_graveyard_len_unlocked(void);
-/* Releases them.  GIL held, hw_tables_lock not held (a dealloc frees memory
- * through our own hooks). */
+/* Sweeps idle tracebacks and releases the references.  GIL held,
+ * hw_tables_lock not held (a dealloc frees memory through our own hooks). */
 void hw_graveyard_drain(void);
 
 #endif
