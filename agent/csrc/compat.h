@@ -140,6 +140,17 @@ hw_frame_counts_below(hw_pyframe_t *frame)
 #endif
 }
 
+/* The code object of a frame hw_frame_counts_below() accepts. */
+static inline PyCodeObject *
+hw_frame_code(hw_pyframe_t *frame)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return (PyCodeObject *)frame->f_executable;
+#else
+    return frame->f_code;
+#endif
+}
+
 /* Byte offset of the frame's current instruction, the unit
  * PyCode_Addr2Line() takes.  Negative before the first instruction. */
 static inline int

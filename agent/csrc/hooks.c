@@ -183,10 +183,12 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
      * to this lock: nested PyMem calls pass through (tls->reentrant). */
     void *ptr2 = a->realloc(a->ctx, ptr, size);
     if (ptr2 != NULL && hw_tracer.tracing) {
-        if (was_traced) {
+        int add = captured && hw_tracer.epoch == epoch;
+        /* Resized in place: adding replaces the old trace in one probe. */
+        if (was_traced && !(add && ptr2 == ptr)) {
             hw_remove_trace_unlocked(0, (uintptr_t)ptr);
         }
-        if (captured && hw_tracer.epoch == epoch) {
+        if (add) {
             hw_add_trace_unlocked(0, (uintptr_t)ptr2, size, &cap);
         }
     }

@@ -565,7 +565,7 @@ core_get_object_traceback(PyObject *module, PyObject *obj)
     PyObject *frames = PyTuple_New(tb->nframe);
     for (int i = 0; frames != NULL && i < tb->nframe; i++) {
         int lineno;
-        PyObject *name = hw_frame_resolve(&tb->frames[i], NULL, &lineno);
+        PyObject *name = hw_frame_resolve(tb, i, NULL, &lineno);
         PyObject *frame = name != NULL ? Py_BuildValue("(Ni)", name, lineno) : NULL;
         if (frame == NULL) {
             Py_CLEAR(frames);

@@ -18,25 +18,27 @@ unknown_filename(void)
 }
 
 PyObject *
-hw_frame_resolve(hw_frame_t *frame, PyObject *filenames, int *lineno)
+hw_frame_resolve(hw_traceback_t *tb, int i, PyObject *filenames, int *lineno)
 {
+    const hw_frame_t *frame = &tb->frames[i];
     PyObject *name;
     if (frame->key == 0) {
-        *lineno = frame->lasti;
+        *lineno = (int)frame->lasti;
         name = unknown_filename();
     }
     else if (frame->key & HW_FRAME_RAW) {
         hw_rawname_t *raw = (hw_rawname_t *)(frame->key & ~HW_FRAME_RAW);
-        *lineno = frame->lasti;
+        *lineno = (int)frame->lasti;
         name = PyUnicode_FromKindAndData((int)raw->kind, raw->data, (Py_ssize_t)raw->length);
     }
     else {
         PyCodeObject *code = (PyCodeObject *)frame->key;
-        if (frame->lineno < 0) {
-            int line = PyCode_Addr2Line(code, frame->lasti);
-            frame->lineno = line < 0 ? 0 : line;
+        int32_t *cached = &hw_tb_lines(tb)[i];
+        if (*cached < 0) {
+            int line = PyCode_Addr2Line(code, (int)frame->lasti);
+            *cached = line < 0 ? 0 : line;
         }
-        *lineno = frame->lineno;
+        *lineno = *cached;
         if (code->co_filename != NULL && PyUnicode_Check(code->co_filename)) {
             name = Py_NewRef(code->co_filename);
         }
@@ -81,7 +83,7 @@ hw_snapshot_resolve(hw_snapshot_t *snap, uint32_t i, int need)
     hw_rframe_t *out = hw_snapshot_rframes(snap, i);
     for (int j = snap->resolved[i]; j < need; j++) {
         int lineno;
-        PyObject *name = hw_frame_resolve(&tb->frames[j], snap->filenames, &lineno);
+        PyObject *name = hw_frame_resolve(tb, j, snap->filenames, &lineno);
         if (name == NULL) {
             return -1;
         }

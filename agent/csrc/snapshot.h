@@ -62,9 +62,10 @@ hw_snapshot_rframes(hw_snapshot_t *snap, uint32_t i)
     return &snap->rframes[snap->rf_off[i]];
 }
 
-/* Resolves one frame of a pinned traceback; filename canonicalised through
- * `filenames` when not NULL.  Returns a new reference to the filename. */
-PyObject *hw_frame_resolve(hw_frame_t *frame, PyObject *filenames, int *lineno);
+/* Resolves frame i of a pinned traceback (caching its line); filename
+ * canonicalised through `filenames` when not NULL.  Returns a new reference
+ * to the filename. */
+PyObject *hw_frame_resolve(hw_traceback_t *tb, int i, PyObject *filenames, int *lineno);
 /* A new frames tuple for n resolved frames. */
 PyObject *hw_rframes_to_tuple(const hw_rframe_t *frames, int n);
 

@@ -38,17 +38,21 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe
     if (tstate == NULL) {
         return 0;
     }
+    /* Only the innermost frames can be incomplete (still being set up); the
+     * stdlib skips them. */
+    hw_pyframe_t *frame = hw_frame_top(tstate);
+    while (frame != NULL && hw_frame_code_if_complete(frame) == NULL) {
+        frame = hw_frame_back(frame);
+    }
     int n = 0;
     uint32_t total = 0;
-    hw_pyframe_t *frame = hw_frame_top(tstate);
     for (; frame != NULL && n < max_nframe; frame = hw_frame_back(frame)) {
-        PyCodeObject *code = hw_frame_code_if_complete(frame);
-        if (code == NULL) {
+        if (!hw_frame_counts_below(frame)) {
             continue;
         }
+        PyCodeObject *code = hw_frame_code(frame);
         cap->frames[n].key = (uintptr_t)code;
         cap->frames[n].lasti = hw_frame_lasti(frame, code);
-        cap->frames[n].lineno = -1;
         n++;
         total++;
     }
@@ -165,9 +169,8 @@ foreign_to_raw_unlocked(hw_capture_t *cap)
         hw_frame_t *frame = &cap->frames[i];
         PyCodeObject *code = (PyCodeObject *)frame->key;
         /* Reads the immutable line table only: safe without the GIL. */
-        int lineno = PyCode_Addr2Line(code, frame->lasti);
+        int lineno = PyCode_Addr2Line(code, (int)frame->lasti);
         frame->lasti = lineno < 0 ? 0 : lineno;
-        frame->lineno = frame->lasti;
         PyObject *filename = code->co_filename;
         if (filename == NULL || !PyUnicode_Check(filename)) {
             frame->key = 0;
@@ -202,8 +205,9 @@ hash_frames(const tb_key_t *key)
     uint64_t h = UINT64_C(0x9E3779B97F4A7C15) ^ ((uint64_t)key->domain << 32) ^
                  ((uint64_t)key->nframe << 16) ^ key->total_nframe;
     for (int i = 0; i < key->nframe; i++) {
-        h = (h ^ key->frames[i].key) * UINT64_C(0xFF51AFD7ED558CCD);
-        h = (h ^ (uint32_t)key->frames[i].lasti) * UINT64_C(0xC4CEB9FE1A85EC53);
+        /* One multiply per frame: code pointers use the low 47 bits. */
+        h = (h ^ (key->frames[i].key + ((uint64_t)key->frames[i].lasti << 47))) *
+            UINT64_C(0xFF51AFD7ED558CCD);
         h ^= h >> 29;
     }
     return h;
@@ -217,12 +221,7 @@ tb_eq(const void *record, const void *key)
     if (tb->domain != k->domain || tb->nframe != k->nframe || tb->total_nframe != k->total_nframe) {
         return 0;
     }
-    for (int i = 0; i < k->nframe; i++) {
-        if (tb->frames[i].key != k->frames[i].key || tb->frames[i].lasti != k->frames[i].lasti) {
-            return 0;
-        }
-    }
-    return 1;
+    return memcmp(tb->frames, k->frames, sizeof(hw_frame_t) * (size_t)k->nframe) == 0;
 }
 
 /* hw_pset_find() specialised for tracebacks: this runs on every traced
@@ -352,7 +351,7 @@ tb_free_unlocked(hw_traceback_t *tb)
 hw_traceback_t *
 hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
 {
-    static const hw_frame_t unknown = {0, 0, 0};
+    static const hw_frame_t unknown = {0, 0};
     tb_key_t key;
     key.domain = domain;
     if (cap->nframe == 0) {
@@ -382,7 +381,8 @@ hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
         return tb;
     }
 
-    tb = hw_malloc(HW_MEM_TRACER, sizeof(hw_traceback_t) + sizeof(hw_frame_t) * (size_t)key.nframe);
+    tb = hw_malloc(HW_MEM_TRACER, sizeof(hw_traceback_t) +
+                                      (sizeof(hw_frame_t) + sizeof(int32_t)) * (size_t)key.nframe);
     if (tb == NULL) {
         goto fail;
     }
@@ -392,6 +392,9 @@ hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
     tb->nframe = (uint16_t)key.nframe;
     tb->total_nframe = key.total_nframe;
     memcpy(tb->frames, key.frames, sizeof(hw_frame_t) * (size_t)key.nframe);
+    for (int i = 0; i < key.nframe; i++) {
+        hw_tb_lines(tb)[i] = -1;
+    }
     if (id_alloc_unlocked(&tb->id) < 0) {
         hw_free(HW_MEM_TRACER, tb);
         goto fail;

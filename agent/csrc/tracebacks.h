@@ -34,10 +34,10 @@
  * hw_rawname_t* tagged with HW_FRAME_RAW, or 0 for "<unknown>". */
 #define HW_FRAME_RAW ((uintptr_t)1)
 
+/* Frames compare with memcmp(): no padding, no cached state. */
 typedef struct {
     uintptr_t key;
-    int32_t lasti;  /* code frames: byte offset; other frames: the line number */
-    int32_t lineno; /* code frames: resolved line, -1 until resolved (GIL) */
+    int64_t lasti; /* code frames: byte offset; other frames: the line number */
 } hw_frame_t;
 
 typedef struct hw_rawname {
@@ -61,7 +61,16 @@ typedef struct hw_traceback {
     uint16_t total_nframe;
     uint32_t idle; /* interned but unused, counted in the idle total */
     hw_frame_t frames[];
+    /* followed by int32_t lines[nframe]: see hw_tb_lines() */
 } hw_traceback_t;
+
+/* Resolved line of each code frame, -1 until a snapshot resolves it (GIL).
+ * Kept out of the frames so that frames compare as plain bytes. */
+static inline int32_t *
+hw_tb_lines(hw_traceback_t *tb)
+{
+    return (int32_t *)&tb->frames[tb->nframe];
+}
 
 typedef struct {
     hw_frame_t *frames; /* local or heap */

@@ -51,8 +51,9 @@ typedef struct {
     uint64_t sample_interval;
     int hook_state; /* HW_STATE_* bits derived from the three fields above */
 
-    /* Guarded by hw_tables_lock. */
-    hw_traces_t traces; /* domain 0: what the hooks record */
+    /* Guarded by hw_tables_lock; on other cache lines than the fields above,
+     * which every hook of every thread reads. */
+    hw_traces_t traces __attribute__((aligned(64))); /* domain 0: what the hooks record */
     hw_domain_traces_t *domains; /* other domains (the track() API) */
     size_t ndomains;
     uint64_t traced;   /* estimated live bytes (exact in exact mode) */
