@@ -77,6 +77,7 @@ static void
 record_block(void *ptr, size_t size, int gil_domain)
 {
     uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
+    hw_traces_prefetch(&hw_tracer.traces, (uintptr_t)ptr);
     hw_capture_t cap;
     if (capture_caller(&cap, gil_domain) < 0) {
         hw_count_dropped();
@@ -245,6 +246,7 @@ forget_block(void *ptr, int gil_domain)
 static __attribute__((noinline)) void
 free_traced(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_domain)
 {
+    hw_traces_prefetch(&hw_tracer.traces, (uintptr_t)ptr);
     forget_block(ptr, gil_domain);
     tls->reentrant = 1;
     a->free(a->ctx, ptr);

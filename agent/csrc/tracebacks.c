@@ -221,6 +221,16 @@ tb_eq(const void *record, const void *key)
     if (tb->domain != k->domain || tb->nframe != k->nframe || tb->total_nframe != k->total_nframe) {
         return 0;
     }
+    if (k->nframe <= 4) {
+        /* Short tracebacks (nframe 1 is the default): a call to memcmp costs
+         * more than the comparison. */
+        for (int i = 0; i < k->nframe; i++) {
+            if (tb->frames[i].key != k->frames[i].key || tb->frames[i].lasti != k->frames[i].lasti) {
+                return 0;
+            }
+        }
+        return 1;
+    }
     return memcmp(tb->frames, k->frames, sizeof(hw_frame_t) * (size_t)k->nframe) == 0;
 }
 

@@ -36,6 +36,20 @@ typedef struct {
     size_t size;
 } hw_trace_t;
 
+/* Starts loading the cache line where ptr's slot lives, without the lock:
+ * the hooks call it before walking frames, so the table's cache miss
+ * overlaps that work.  The racy reads are harmless: a prefetch of a stale
+ * address never faults and only wastes a load. */
+static inline void
+hw_traces_prefetch(const hw_traces_t *t, uintptr_t ptr)
+{
+    hw_slot_t *slots = __atomic_load_n((hw_slot_t *const *)&t->slots, __ATOMIC_RELAXED);
+    int shift = __atomic_load_n(&t->shift, __ATOMIC_RELAXED);
+    if (slots != NULL && shift > 0 && shift < 64) {
+        __builtin_prefetch(&slots[((uint64_t)ptr * UINT64_C(0x9E3779B97F4A7C15)) >> shift], 1);
+    }
+}
+
 /* Returns 0, or -1 when out of memory. */
 int hw_traces_init(hw_traces_t *t);
 void hw_traces_fini(hw_traces_t *t);

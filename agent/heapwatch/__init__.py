@@ -5,8 +5,8 @@ heapwatch's own allocator hooks.  The agent (``start_agent``) publishes what it
 sees to Prometheus and OpenTelemetry.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Python 3.6 does not know it,
+# and must get _check_interpreter's ImportError rather than a SyntaxError.
 from heapwatch._interpreter import check as _check_interpreter
 
 _check_interpreter()
@@ -49,7 +49,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'heapwatch' has no attribute {name!r}")
@@ -60,5 +60,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> list[str]:
+def __dir__() -> "list[str]":
     return sorted(set(globals()) | set(__all__))

@@ -1,28 +1,35 @@
 """Refuses interpreters heapwatch's C core does not support, with a clear error.
 
-Kept free of syntax newer than Python 3.7 so that old interpreters reach the
-check and read the message instead of a SyntaxError.
+Kept free of syntax newer than Python 3.6 (f-strings) so that old interpreters
+reach the check and read the message instead of a SyntaxError.  Imports only
+``sys`` and ``sysconfig``: every ``import heapwatch`` runs this module, and
+typing alone would cost about 20 ms, so the annotations are strings that only
+type checkers read.
 """
 
 import sys
 import sysconfig
-from typing import Optional, Sequence
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 SUPPORTED_MIN = (3, 9)
 SUPPORTED_MAX = (3, 13)
 
 
 def unsupported_reason(
-    implementation: str, version_info: Sequence[int], gil_disabled: bool
-) -> Optional[str]:
+    implementation: str, version_info: "Sequence[int]", gil_disabled: bool
+) -> "str | None":
     """Why this interpreter is unsupported, or None if it is supported."""
     if implementation != "cpython":
-        return "heapwatch needs CPython; this interpreter is %s" % implementation
+        return f"heapwatch needs CPython; this interpreter is {implementation}"
     version = tuple(version_info[:2])
     if not (SUPPORTED_MIN <= version <= SUPPORTED_MAX):
-        return "heapwatch supports CPython %d.%d to %d.%d; this is CPython %d.%d" % (
-            SUPPORTED_MIN + SUPPORTED_MAX + version
+        lowest, highest, this = (
+            ".".join(map(str, v)) for v in (SUPPORTED_MIN, SUPPORTED_MAX, version)
         )
+        return f"heapwatch supports CPython {lowest} to {highest}; this is CPython {this}"
     if gil_disabled:
         return (
             "heapwatch does not support free-threaded CPython builds "
@@ -35,7 +42,7 @@ def check() -> None:
     """Raises ImportError when the running interpreter is unsupported."""
     reason = unsupported_reason(
         sys.implementation.name,
-        sys.version_info,
+        sys.version_info[:2],  # the major and minor numbers: sys.version_info ends with a str
         bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
     )
     if reason is not None:
