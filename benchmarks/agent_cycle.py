@@ -1,10 +1,9 @@
 """The agent's collection cycle, heapwatch's and the stdlib's, and the live
 heap it runs against.
 
-``make_heapwatch_cycle`` is the one function to change when ``heapwatch.Agent``
-lands: it must return a callable that runs one full collection cycle (what the
-agent does every interval, minus the export).  Everything else (the cycle and
-pause suites of run.py) only calls what it returns.
+``make_heapwatch_cycle`` runs the real ``heapwatch.Agent`` cycle (what the
+agent does every interval, minus the export).  The cycle and pause suites of
+run.py only call what it returns.
 """
 
 from __future__ import annotations
@@ -23,43 +22,21 @@ TOP = 20
 
 
 def make_heapwatch_cycle(phases: Phases | None = None) -> Cycle:
-    """One heapwatch agent cycle per call: snapshot without traces (resetting
-    the peak), group by line, growth since the previous cycle, top statistics,
-    the tracer's own memory, and a graveyard drain.
+    """One cycle of the real agent per call: ``heapwatch.Agent.run_cycle`` of
+    an agent with no exporters (a snapshot resetting the peak, grouping by
+    line, growth since the previous cycle, the top sites, the tracer's memory,
+    a drain).  The tracer is already running; the agent only reads it."""
+    from heapwatch import Agent, AgentConfig
 
-    When heapwatch.Agent exists, replace the body with e.g.::
-
-        agent = heapwatch.Agent(nframe=1, interval=None, exporters=())
-        return agent.collect_once
-    """
-    previous: _core.Groups | None = None
+    agent = Agent(AgentConfig(exporters=(), top=TOP), exporters=())
     laps = phases if phases is not None else {}
 
     def cycle() -> object:
-        nonlocal previous
         t0 = time.perf_counter()
-        snap = _core.take_snapshot(traces=False, reset_peak=True)
-        t1 = time.perf_counter()
-        groups = snap.group("lineno")
-        t2 = time.perf_counter()
-        growth = groups.growth(previous, TOP)
-        t3 = time.perf_counter()
-        top = groups.statistics(TOP)
-        t4 = time.perf_counter()
-        memory = _core.get_tracemalloc_memory()
-        _core.drain()
-        t5 = time.perf_counter()
-        previous = groups
+        result = agent.run_cycle()
         if phases is not None:
-            for step, seconds in (
-                ("take_snapshot", t1 - t0),
-                ("group", t2 - t1),
-                ("growth", t3 - t2),
-                ("statistics", t4 - t3),
-                ("memory+drain", t5 - t4),
-            ):
-                laps[step] = laps.get(step, 0.0) + seconds
-        return (growth, top, memory, snap.peak)
+            laps["agent.run_cycle"] = laps.get("agent.run_cycle", 0.0) + time.perf_counter() - t0
+        return result
 
     return cycle
 

@@ -593,8 +593,8 @@ def report_cycle(outcomes: list[Outcome], plan: Plan, rep: Report) -> None:
     jobs = groups[0]
     rep.add("== Agent cycle at the live heap below, exact mode, nframe 1 ==")
     rep.add(
-        "heapwatch: take_snapshot(traces=False, reset_peak=True), group('lineno'), growth(prev, "
-        "20), statistics(20), get_tracemalloc_memory(), drain().  stdlib: take_snapshot(), "
+        "heapwatch: Agent.run_cycle() (snapshot resetting the peak, group by line, top 20 "
+        "with growth, tracer memory, drain).  stdlib: take_snapshot(), "
         "statistics('lineno'), compare_to(prev, 'lineno'), reset_peak().  Median per child, "
         "then median over rounds."
     )

@@ -1,25 +1,15 @@
-"""Shared fixtures: external tools, and the suite's two tracemalloc implementations."""
+"""Shared fixtures: the suite's two tracemalloc implementations.
+
+Helpers that test modules import live in plain modules (agent_process,
+external_tools): ``from conftest import`` is ambiguous beside tests/core/conftest.py.
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
-
-
-def require_tool(name: str) -> str:
-    """Path of an external tool, or skip; with HEAPWATCH_REQUIRE_TOOLS=1 a
-    missing tool fails the test instead (make ci sets it)."""
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} is not installed (Debian: make ci-tools installs it)"
-        if os.environ.get("HEAPWATCH_REQUIRE_TOOLS") == "1":
-            pytest.fail(message + "; HEAPWATCH_REQUIRE_TOOLS=1 forbids skipping")
-        pytest.skip(message)
-    return path
 
 
 def _stop(module: ModuleType) -> None:

@@ -1,14 +1,17 @@
 """Starts the agent when ``HEAPWATCH_ENABLED`` is true; imported by the ``.pth`` hook.
 
-``heapwatch-autostart.pth`` imports this module only when ``HEAPWATCH_ENABLED``
-is in the environment.  It never raises (a failure is a warning: the service
-starts anyway), and it imports nothing heavy unless the value is true: the
-false words are recognised here without importing ``heapwatch._config``.
+``heapwatch-autostart.pth`` imports this module (through the top-level
+``_heapwatch_pth``) only when ``HEAPWATCH_ENABLED`` is set to something other
+than a false word; anything unrecognised comes here so that ``_config`` warns
+about it.  It never raises (a failure is a warning: the service starts
+anyway), and it imports nothing heavy unless the value is true: the false
+words are recognised here too, without importing ``heapwatch._config``, for
+an import that does not come from the hook.
 """
 
 import os
 
-# heapwatch._config's false words; a test keeps the two in step.
+# heapwatch._config's false words, and the .pth line's; a test keeps the three in step.
 _FALSE_WORDS = ("", "0", "false", "no", "off", "n", "f")
 
 

@@ -35,8 +35,18 @@ def _build_hwtest(build_dir: Path) -> Path:
     include = sysconfig.get_paths()["include"]
     cmd = [
         sysconfig.get_config_var("CC").split()[0] or "cc",
-        "-shared", "-fPIC", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
-        f"-I{include}", str(HERE / "hwtest" / "_hwtest.c"), "-o", str(target), "-lpthread",
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-g",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-I{include}",
+        str(HERE / "hwtest" / "_hwtest.c"),
+        "-o",
+        str(target),
+        "-lpthread",
     ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return target

@@ -8,8 +8,13 @@ from typing import Any
 import pytest
 import reference
 
-KEYS = [("lineno", False), ("filename", False), ("traceback", False),
-        ("lineno", True), ("filename", True)]
+KEYS = [
+    ("lineno", False),
+    ("filename", False),
+    ("traceback", False),
+    ("lineno", True),
+    ("filename", True),
+]
 
 
 def _workload(n: int) -> list[Any]:
@@ -75,5 +80,7 @@ def test_bad_key_types_are_refused(core: ModuleType) -> None:
     snapshot = core.take_snapshot()
     with pytest.raises(ValueError, match="unknown key_type: 'line'"):
         snapshot.group("line")
-    with pytest.raises(ValueError, match="cumulative mode cannot by used with key type 'traceback'"):
+    with pytest.raises(
+        ValueError, match="cumulative mode cannot by used with key type 'traceback'"
+    ):
         snapshot.group("traceback", True)

@@ -77,9 +77,7 @@ def test_concurrent_gil_less_churn_keeps_the_tables_consistent(
     core: ModuleType, hwtest: ModuleType, mode: str
 ) -> None:
     core.start(3, mode, 4096)
-    threads = [
-        threading.Thread(target=hwtest.churn_nogil, args=(200_000, 5000)) for _ in range(4)
-    ]
+    threads = [threading.Thread(target=hwtest.churn_nogil, args=(200_000, 5000)) for _ in range(4)]
     for thread in threads:
         thread.start()
     for _ in range(50):

@@ -22,7 +22,9 @@ def test_start_while_tracing_keeps_the_running_configuration(core: ModuleType) -
     core.start(3, "exact")
     core.start(7, "sample", 4096)
     assert core.get_config() == {
-        "tracing": True, "mode": "exact", "sample_interval": core.DEFAULT_SAMPLE_INTERVAL,
+        "tracing": True,
+        "mode": "exact",
+        "sample_interval": core.DEFAULT_SAMPLE_INTERVAL,
         "nframe": 3,
     }
 

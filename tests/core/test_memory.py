@@ -38,7 +38,10 @@ SCRIPT = textwrap.dedent(
 
 def _measure(kind: str) -> dict[str, int]:
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, kind], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", SCRIPT, kind],
+        capture_output=True,
+        text=True,
+        check=True,
         timeout=300,
     ).stdout
     return json.loads(out)  # type: ignore[no-any-return]

@@ -37,7 +37,9 @@ def _line(site: Callable[[int], bytearray]) -> tuple[str, int]:
     return (__file__, site.__code__.co_firstlineno + 1)
 
 
-def _run(core: ModuleType, stream: list[tuple[int, int, int]]) -> tuple[dict[tuple[str, int], int], list[bytearray]]:
+def _run(
+    core: ModuleType, stream: list[tuple[int, int, int]]
+) -> tuple[dict[tuple[str, int], int], list[bytearray]]:
     keep = [SITES[site](size) for site, size, count in stream for _ in range(count)]
     stats = core.take_snapshot(traces=False).group("lineno").statistics()
     return {frames[0]: size for frames, size, _c in stats}, keep
@@ -53,13 +55,18 @@ def _variance(block_sizes: list[int], interval: int) -> float:
 
 streams = st.lists(
     st.tuples(st.integers(0, 2), st.integers(1, 300_000), st.integers(1, 40)),
-    min_size=1, max_size=8,
+    min_size=1,
+    max_size=8,
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(stream=streams)
-def test_estimates_converge_to_the_exact_sizes(core: ModuleType, stream: list[tuple[int, int, int]]) -> None:
+def test_estimates_converge_to_the_exact_sizes(
+    core: ModuleType, stream: list[tuple[int, int, int]]
+) -> None:
     interval = 32 * 1024
     rounds = 40
     core.stop()
@@ -86,8 +93,18 @@ def test_estimates_converge_to_the_exact_sizes(core: ModuleType, stream: list[tu
 
 
 WORKLOAD = [  # (block size, count): about 203 MB over a dozen sites
-    (64, 32768), (200, 20000), (500, 10000), (1024, 8000), (2048, 1200), (4096, 4000),
-    (8192, 2500), (16384, 1500), (51200, 400), (102400, 300), (1048576, 40), (3145728, 10),
+    (64, 32768),
+    (200, 20000),
+    (500, 10000),
+    (1024, 8000),
+    (2048, 1200),
+    (4096, 4000),
+    (8192, 2500),
+    (16384, 1500),
+    (51200, 400),
+    (102400, 300),
+    (1048576, 40),
+    (3145728, 10),
 ]
 
 
@@ -108,13 +125,17 @@ def test_sampled_sites_within_ten_percent_of_exact(core: ModuleType) -> None:
     interval = 1024
     core.start(1, "exact")
     live = [site(size, count) for site, (size, count) in zip(sites, WORKLOAD)]
-    exact = {f[0]: size for f, size, _c in core.take_snapshot(traces=False).group("lineno").statistics()}
+    exact = {
+        f[0]: size for f, size, _c in core.take_snapshot(traces=False).group("lineno").statistics()
+    }
     core.stop()
     del live
     # when the same workload is traced in sample mode,
     core.start(1, "sample", interval)
     live = [site(size, count) for site, (size, count) in zip(sites, WORKLOAD)]
-    estimate = {f[0]: size for f, size, _c in core.take_snapshot(traces=False).group("lineno").statistics()}
+    estimate = {
+        f[0]: size for f, size, _c in core.take_snapshot(traces=False).group("lineno").statistics()
+    }
     core.stop()
     del live
     # then every site holding at least 1% of the memory is within ±10%.

@@ -71,9 +71,7 @@ def test_eight_threads_churn_while_snapshots_and_peak_resets_run(
 def test_start_and_stop_while_other_threads_allocate(core: ModuleType, hwtest: ModuleType) -> None:
     stop = threading.Event()
     threads = [threading.Thread(target=_churn, args=(stop, i)) for i in range(4)]
-    threads += [
-        threading.Thread(target=hwtest.churn_nogil, args=(400_000, 3000)) for _ in range(2)
-    ]
+    threads += [threading.Thread(target=hwtest.churn_nogil, args=(400_000, 3000)) for _ in range(2)]
     for thread in threads:
         thread.start()
     try:

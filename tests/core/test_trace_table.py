@@ -39,9 +39,13 @@ def _domain_traces(core: ModuleType) -> list[tuple[int, int]]:
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=ops)
-def test_tracked_bytes_equal_the_sum_of_the_model(tracing: ModuleType, ops: list[tuple[str, int, int]]) -> None:
+def test_tracked_bytes_equal_the_sum_of_the_model(
+    tracing: ModuleType, ops: list[tuple[str, int, int]]
+) -> None:
     core = tracing
     core.clear_traces()
     model: dict[int, int] = {}

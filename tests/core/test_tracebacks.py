@@ -124,7 +124,8 @@ def test_function_names_for_pprof(core: ModuleType) -> None:
     obj = _recurse(1)
     snapshot = core.take_snapshot()
     named = [
-        frames for _d, frames, _t, size, _c in snapshot.tracebacks(names=True)
+        frames
+        for _d, frames, _t, size, _c in snapshot.tracebacks(names=True)
         if frames[0][:2] == (__file__, ALLOC_LINE)
     ]
     assert named and named[0][0][2] == "_recurse"

@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from agent_model import FakeClock, ModelSource, TickingTimer
 from agent_process import clean_env, fetch, free_ports, installed_python, running, wait_for
-from conftest import require_tool
+from external_tools import require_tool
 from heapwatch._agent import Agent
 from heapwatch._config import AgentConfig
 from heapwatch_exporters.prometheus import PrometheusExporter

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from _deploy_support import DEPLOY, free_port, get_text, source_pythonpath, stop_process
 
-from conftest import require_tool
+from external_tools import require_tool
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from _deploy_support import DEPLOY
 
-from conftest import require_tool
+from external_tools import require_tool
 
 pytestmark = pytest.mark.tools
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_tool
+from external_tools import require_tool
 from heapwatch_exporters.pprof import HeapSample, encode_heap_profile
 
 pytestmark = pytest.mark.tools

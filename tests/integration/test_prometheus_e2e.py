@@ -34,7 +34,7 @@ from _deploy_support import (
     stop_process,
 )
 
-from conftest import require_tool
+from external_tools import require_tool
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
 

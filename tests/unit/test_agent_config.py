@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import logging
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +75,51 @@ def test_false_words(word: str) -> None:
 def test_autostart_knows_the_same_false_words_as_the_parser() -> None:
     # _autostart recognises "off" without importing _config; the two must agree.
     assert set(_autostart._FALSE_WORDS) - {""} == set(_config._FALSE_WORDS)
+
+
+# Installed, the hook sits at the root of site-packages beside the package;
+# in the source tree, in agent/ beside agent/heapwatch.
+PTH = Path(_config.__file__).resolve().parents[1] / "heapwatch-autostart.pth"
+
+
+def _imported_by_the_pth_line(monkeypatch: pytest.MonkeyPatch, value: str | None) -> list[str]:
+    """What the .pth line imports (besides os) with HEAPWATCH_ENABLED=value."""
+    if value is None:
+        monkeypatch.delenv("HEAPWATCH_ENABLED", raising=False)
+    else:
+        monkeypatch.setenv("HEAPWATCH_ENABLED", value)
+    imported: list[str] = []
+
+    def recording_import(name: str, *args: Any, **kwargs: Any) -> Any:
+        imported.append(name)
+        return builtins.__import__(name, *args, **kwargs) if name == "os" else None
+
+    exec(PTH.read_text(), {"__builtins__": {**vars(builtins), "__import__": recording_import}})
+    return [name for name in imported if name != "os"]
+
+
+def test_the_pth_hook_is_one_import_line_with_the_same_false_words() -> None:
+    # site.py runs a .pth line only if it starts with "import"; the line
+    # recognises "off" without importing anything, like _autostart.
+    lines = PTH.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("import ")
+    (compare,) = [node for node in ast.walk(ast.parse(lines[0])) if isinstance(node, ast.Compare)]
+    assert set(ast.literal_eval(compare.comparators[0])) == set(_autostart._FALSE_WORDS)
+
+
+@pytest.mark.parametrize("value", [None, "", "  ", *sorted(_config._FALSE_WORDS), "OFF", " False "])
+def test_the_pth_hook_imports_nothing_when_unset_or_false(
+    monkeypatch: pytest.MonkeyPatch, value: str | None
+) -> None:
+    assert _imported_by_the_pth_line(monkeypatch, value) == []
+
+
+@pytest.mark.parametrize("value", [*sorted(_config._TRUE_WORDS), "TRUE", " on ", "maybe"])
+def test_the_pth_hook_starts_autostart_for_true_and_unrecognised_values(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # An unrecognised value reaches _autostart, whose configuration warns about it.
+    assert _imported_by_the_pth_line(monkeypatch, value) == ["_heapwatch_pth"]
 
 
 def test_defaults_are_the_documented_ones() -> None:
