@@ -12,8 +12,6 @@ import time
 import tracemalloc
 from typing import Callable
 
-from heapwatch import _core
-
 Cycle = Callable[[], object]
 # Seconds spent in each step of a cycle, summed over the cycles that ran.
 Phases = dict[str, float]

@@ -61,6 +61,11 @@ def points(data: Any) -> dict[str, list[tuple[dict[str, Any], float, str]]]:
         return found
     for resource_metrics in data.resource_metrics:
         for scope_metrics in resource_metrics.scope_metrics:
+            if scope_metrics.scope.name == "opentelemetry-sdk":
+                # The SDK's own otel.sdk.* metrics: always on in opentelemetry-sdk
+                # 1.41 (what Python 3.9 installs), behind
+                # OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED in 1.45.
+                continue
             assert scope_metrics.scope.name == "heapwatch"
             for metric in scope_metrics.metrics:
                 found[metric.name] = [
