@@ -643,7 +643,7 @@ core_drain(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    hw_graveyard_drain();
+    hw_tb_release_orphans(); /* drains the graveyard too */
     Py_RETURN_NONE;
 }
 

@@ -466,8 +466,10 @@ hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
     if (tb->ntraces != 0 || tb->pins != 0 || tb->idle) {
         return;
     }
-    if (tb->id == 0) {
-        tb_free_unlocked(tb); /* detached by clear_traces(): its snapshot let go */
+    if (tb->id == 0 || tb->unlisted) {
+        /* Detached by clear_traces() (its snapshot let go), or a duplicate
+         * left behind by hw_tb_release_orphans(). */
+        tb_free_unlocked(tb);
         return;
     }
     tb->idle = 1;
@@ -520,14 +522,207 @@ hw_tb_clear_unlocked(void)
     initialized = 0;
 }
 
+/* ---- orphaned code objects --------------------------------------------- */
+
+static size_t graveyard_drain(void);
+
+typedef struct {
+    uintptr_t code; /* 0: empty slot */
+    size_t refs;    /* frames of interned tracebacks naming it */
+} code_refs_t;
+
+static code_refs_t *
+code_refs_slot(code_refs_t *table, size_t mask, uintptr_t code)
+{
+    size_t i = (size_t)(((uint64_t)code >> 4) * UINT64_C(0x9E3779B97F4A7C15) >> 32) & mask;
+    while (table[i].code != 0 && table[i].code != code) {
+        i = (i + 1) & mask;
+    }
+    return &table[i];
+}
+
+static inline int
+frame_is_code(const hw_frame_t *frame)
+{
+    return frame->key != 0 && !frame_is_raw(frame);
+}
+
+static int
+code_is_orphan(code_refs_t *table, size_t mask, const hw_frame_t *frame)
+{
+    /* GIL held: no other thread changes the count while we compare. */
+    return frame_is_code(frame) &&
+           (size_t)Py_REFCNT((PyObject *)frame->key) == code_refs_slot(table, mask, frame->key)->refs;
+}
+
+/* Rewrites tb's orphan frames as (raw name, line) and queues their code
+ * references for release.  On failure (out of memory) tb is left as it was:
+ * the code objects stay alive until a later pass. */
+static void
+tb_unorphan_unlocked(hw_traceback_t *tb, code_refs_t *table, size_t mask)
+{
+    hw_frame_t *frames = hw_malloc(HW_MEM_TRACER, sizeof(hw_frame_t) * tb->nframe);
+    if (frames == NULL) {
+        return;
+    }
+    memcpy(frames, tb->frames, sizeof(hw_frame_t) * tb->nframe);
+    int i;
+    for (i = 0; i < tb->nframe; i++) {
+        if (!code_is_orphan(table, mask, &tb->frames[i])) {
+            continue;
+        }
+        PyCodeObject *code = (PyCodeObject *)tb->frames[i].key;
+        int32_t line = hw_tb_lines(tb)[i];
+        if (line < 0) {
+            line = PyCode_Addr2Line(code, (int)tb->frames[i].lasti);
+        }
+        frames[i].lasti = line < 0 ? 0 : line;
+        if (code->co_filename == NULL || !PyUnicode_Check(code->co_filename)) {
+            frames[i].key = 0;
+            continue;
+        }
+        hw_rawname_t *name = name_intern_unlocked(code->co_filename);
+        if (name == NULL) {
+            break;
+        }
+        name->refcnt++;
+        frames[i].key = (uintptr_t)name | HW_FRAME_RAW;
+    }
+    if (i < tb->nframe) {
+        for (int j = 0; j < i; j++) {
+            if (frame_is_raw(&frames[j]) && !frame_is_raw(&tb->frames[j])) {
+                hw_rawname_t *name = frame_name(&frames[j]);
+                name->refcnt--;
+                name_drop_if_unused_unlocked(name);
+            }
+        }
+        hw_free(HW_MEM_TRACER, frames);
+        return;
+    }
+
+    int listed = tb->id != 0 && !tb->unlisted;
+    if (listed) {
+        hw_pset_remove(&tb_set, tb);
+    }
+    for (i = 0; i < tb->nframe; i++) {
+        if (frame_is_code(&tb->frames[i]) && !frame_is_code(&frames[i])) {
+            (void)graveyard_push_unlocked((PyObject *)tb->frames[i].key);
+            hw_tb_lines(tb)[i] = -1;
+        }
+    }
+    memcpy(tb->frames, frames, sizeof(hw_frame_t) * tb->nframe);
+    hw_free(HW_MEM_TRACER, frames);
+    tb_key_t key = {tb->domain, tb->nframe, tb->total_nframe, tb->frames};
+    tb->hash = hash_frames(&key);
+    if (!listed) {
+        return;
+    }
+    /* Code objects that are gone can leave equal tracebacks behind (the same
+     * source compiled twice, say).  Their traces stay where they are; the
+     * set keeps one of them, which new traces will share. */
+    hw_traceback_t *twin = tb_find_unlocked(tb->hash, &key);
+    if (twin != NULL && twin->idle) {
+        twin->idle = 0;
+        idle_count--;
+        tb_unintern_unlocked(twin);
+        twin = NULL;
+    }
+    if (twin != NULL || hw_pset_add(&tb_set, tb) < 0) {
+        tb->unlisted = 1;
+    }
+}
+
+/* One pass: returns how many tracebacks lost a code object plus how many
+ * references the graveyard released. */
+static size_t
+release_orphans_once(void)
+{
+    size_t released = 0;
+    hw_lock();
+    if (!initialized) {
+        hw_unlock();
+        return 0;
+    }
+    size_t nframes = 0;
+    for (uint32_t id = 1; id < tb_ids_bound; id++) {
+        hw_traceback_t *tb = tb_ids[id];
+        if (!((uintptr_t)tb & 1)) {
+            nframes += tb->nframe;
+        }
+    }
+    size_t cap = 16;
+    while (cap < 2 * nframes) {
+        cap *= 2;
+    }
+    code_refs_t *table = nframes ? hw_calloc(HW_MEM_TRACER, cap, sizeof(code_refs_t)) : NULL;
+    if (table == NULL) {
+        hw_unlock();
+        return 0;
+    }
+    /* Detached tracebacks (id 0) are not counted: the references they hold
+     * make their code objects look alive, which errs on the safe side. */
+    for (uint32_t id = 1; id < tb_ids_bound; id++) {
+        hw_traceback_t *tb = tb_ids[id];
+        if ((uintptr_t)tb & 1) {
+            continue;
+        }
+        for (int i = 0; i < tb->nframe; i++) {
+            if (frame_is_code(&tb->frames[i])) {
+                code_refs_t *slot = code_refs_slot(table, cap - 1, tb->frames[i].key);
+                slot->code = tb->frames[i].key;
+                slot->refs++;
+            }
+        }
+    }
+    for (uint32_t id = 1; id < tb_ids_bound; id++) {
+        hw_traceback_t *tb = tb_ids[id];
+        if ((uintptr_t)tb & 1) {
+            continue;
+        }
+        for (int i = 0; i < tb->nframe; i++) {
+            if (code_is_orphan(table, cap - 1, &tb->frames[i])) {
+                released++;
+                if (tb->idle) {
+                    tb->idle = 0;
+                    idle_count--;
+                    tb_unintern_unlocked(tb);
+                }
+                else {
+                    tb_unorphan_unlocked(tb, table, cap - 1);
+                }
+                break;
+            }
+        }
+    }
+    hw_unlock();
+    hw_free(HW_MEM_TRACER, table);
+    return released + graveyard_drain();
+}
+
+/* Releasing one code object can orphan others: a module's code holds its
+ * functions' code in co_consts, so they become orphans only once it is gone.
+ * A few passes follow such chains; whatever is left waits for the next call. */
+#define HW_ORPHAN_PASSES 8
+
+void
+hw_tb_release_orphans(void)
+{
+    for (int pass = 0; pass < HW_ORPHAN_PASSES; pass++) {
+        if (release_orphans_once() == 0) {
+            break;
+        }
+    }
+}
+
 size_t
 hw_graveyard_len_unlocked(void)
 {
     return graveyard_len;
 }
 
-void
-hw_graveyard_drain(void)
+/* Returns how many references it released. */
+static size_t
+graveyard_drain(void)
 {
     hw_lock();
     hw_tb_sweep_unlocked();
@@ -541,4 +736,11 @@ hw_graveyard_drain(void)
         Py_DECREF(dead[i]);
     }
     hw_free(HW_MEM_TRACER, dead);
+    return n;
+}
+
+void
+hw_graveyard_drain(void)
+{
+    (void)graveyard_drain();
 }

@@ -59,7 +59,8 @@ typedef struct hw_traceback {
     uint32_t domain;
     uint16_t nframe;
     uint16_t total_nframe;
-    uint32_t idle; /* interned but unused, counted in the idle total */
+    uint16_t idle;     /* interned but unused, counted in the idle total */
+    uint16_t unlisted; /* has an id but is out of the set: freed once unused */
     hw_frame_t frames[];
     /* followed by int32_t lines[nframe]: see hw_tb_lines() */
 } hw_traceback_t;
@@ -103,6 +104,12 @@ hw_traceback_t *hw_tb_by_id_unlocked(uint32_t id);
 uint32_t hw_tb_id_bound_unlocked(void);
 /* Interned tracebacks, idle ones included. */
 size_t hw_tb_count_unlocked(void);
+
+/* Rewrites the frames of orphaned code objects as raw names and releases
+ * the references (see above).  GIL held, hw_tables_lock not held.  Costs one
+ * pass over the frames of every interned traceback: snapshots and drain()
+ * run it, not the hooks. */
+void hw_tb_release_orphans(void);
 
 /* Code references waiting for the GIL. */
 size_t hw_graveyard_len_unlocked(void);
