@@ -50,6 +50,9 @@ sanitize:  ## build the core with ASan+UBSan and run the core tests under them
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 HEAPWATCH_SANITIZED=1 \
 	  ../$(VENV)-asan/bin/python -m pytest -p no:cacheprovider -x core $(PYTEST_ARGS)
 
+dashboard: $(VENV)/.deps  ## regenerate deploy/grafana/dashboard.json from deploy/grafana/generate.py
+	$(VPY) deploy/grafana/generate.py
+
 bench: $(VENV)/.installed  ## measure slowdown and memory against untraced and the stdlib tracer
 	$(VPY) benchmarks/run.py $(BENCH_ARGS)
 

@@ -2,13 +2,12 @@
 
 Kept free of syntax newer than Python 3.6 (f-strings) so that old interpreters
 reach the check and read the message instead of a SyntaxError.  Imports only
-``sys`` and ``sysconfig``: every ``import heapwatch`` runs this module, and
-typing alone would cost about 20 ms, so the annotations are strings that only
-type checkers read.
+``sys``: every ``import heapwatch`` runs this module; typing alone would cost
+about 20 ms (so the annotations are strings that only type checkers read) and
+``sysconfig`` imports ``threading`` on 3.12.
 """
 
 import sys
-import sysconfig
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
@@ -38,12 +37,21 @@ def unsupported_reason(
     return None
 
 
+def _gil_disabled_build() -> bool:
+    abiflags = getattr(sys, "abiflags", None)
+    if abiflags is not None:
+        return "t" in abiflags  # PEP 703: free-threaded builds carry the "t" flag
+    import sysconfig  # no abiflags (Windows): the build's config says
+
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
 def check() -> None:
     """Raises ImportError when the running interpreter is unsupported."""
     reason = unsupported_reason(
         sys.implementation.name,
         sys.version_info[:2],  # the major and minor numbers: sys.version_info ends with a str
-        bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        _gil_disabled_build(),
     )
     if reason is not None:
         raise ImportError(reason)
