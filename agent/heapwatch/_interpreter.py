@@ -41,7 +41,7 @@ def _gil_disabled_build() -> bool:
     abiflags = getattr(sys, "abiflags", None)
     if abiflags is not None:
         return "t" in abiflags  # PEP 703: free-threaded builds carry the "t" flag
-    import sysconfig  # no abiflags (Windows): the build's config says
+    import sysconfig  # noqa: PLC0415  (no abiflags, Windows: the build config says)
 
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
