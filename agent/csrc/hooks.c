@@ -129,20 +129,25 @@ static __attribute__((noinline)) void *
 alloc_flagged(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem, size_t elsize,
               int record, int gil_domain)
 {
+    uint32_t fast = tls->fast; /* restored after: stale is harmless */
+    tls->fast = 0;
     tls->reentrant = 1;
     void *ptr = CALL_ALLOC(a, zeroed, nelem, elsize);
     if (ptr != NULL && record) {
         record_block(ptr, nelem * elsize, gil_domain);
     }
     tls->reentrant = 0;
+    tls->fast = fast;
     return ptr;
 }
 
-static inline void *
-hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
+/* Everything but the sampling fast path: exact mode, not recording, inside
+ * a hook, a thread not seeded yet, a sample point reached. */
+static __attribute__((noinline)) void *
+hook_alloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, int zeroed,
+                size_t nelem, size_t elsize)
 {
-    const PyMemAllocatorEx *a = &hw_saved[d];
-    hw_tls_t *tls = &hw_tls;
+    uint32_t fast = __atomic_load_n(&hw_fast_word, __ATOMIC_ACQUIRE);
     int state = hw_load_int(&hw_tracer.hook_state);
     if (tls->reentrant || !(state & HW_STATE_RECORDING)) {
         return CALL_ALLOC(a, zeroed, nelem, elsize);
@@ -152,14 +157,51 @@ hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
     size_t size = nelem * elsize;
     int record = 1;
     if (state & HW_STATE_SAMPLE) {
-        record = hw_sample_take(tls, size);
+        record = hw_sample_take(tls, size); /* seeds this thread if needed */
+        if (!(fast & HW_FAST_CLOSED)) {
+            tls->fast = fast;
+        }
         if (!record && (!gil_domain || size <= HW_NESTING_THRESHOLD)) {
-            /* The common case: nothing to record and nothing can nest, so
-             * a tail call without touching the re-entrancy flag. */
             return CALL_ALLOC(a, zeroed, nelem, elsize);
         }
     }
     return alloc_flagged(a, tls, zeroed, nelem, elsize, record, gil_domain);
+}
+
+static __attribute__((noinline)) void *
+alloc_sample_point(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, int zeroed,
+                   size_t nelem, size_t elsize)
+{
+    /* The countdown is already charged: a sample point if it ran out. */
+    int record = tls->countdown > 0 ? 0 : hw_sample_slow(tls, 0);
+    return alloc_flagged(a, tls, zeroed, nelem, elsize, record, gil_domain);
+}
+
+static inline __attribute__((always_inline)) void *
+hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
+{
+    const PyMemAllocatorEx *a = &hw_saved[d];
+    hw_tls_t *tls = &hw_tls;
+    if (HW_LIKELY(tls->fast == __atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED))) {
+        /* Sample mode, recording, seeded, not inside a hook (see sampling.h). */
+        size_t size = nelem * elsize;
+        tls->countdown -= (int64_t)size;
+        if (HW_LIKELY(tls->countdown > 0) && (!gil_domain || size <= HW_NESTING_THRESHOLD)) {
+            /* Nothing to record and nothing can nest: a tail call without
+             * touching the re-entrancy flag. */
+            return CALL_ALLOC(a, zeroed, nelem, elsize);
+        }
+        return alloc_sample_point(a, tls, gil_domain, zeroed, nelem, elsize);
+    }
+    int state = hw_load_int(&hw_tracer.hook_state);
+    if (!(state & HW_STATE_SAMPLE)) {
+        /* Exact mode (or not tracing): every block is recorded. */
+        if (tls->reentrant || !(state & HW_STATE_RECORDING)) {
+            return CALL_ALLOC(a, zeroed, nelem, elsize);
+        }
+        return alloc_flagged(a, tls, zeroed, nelem, elsize, 1, gil_domain);
+    }
+    return hook_alloc_slow(a, tls, gil_domain, zeroed, nelem, elsize);
 }
 
 static void *
@@ -204,15 +246,31 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
     return ptr2;
 }
 
-static inline void *
-hook_realloc(int d, int gil_domain, void *ptr, size_t size)
+/* A realloc that records nothing and forgets nothing: the old block was not
+ * sampled and the countdown does not run out. */
+static __attribute__((noinline)) void *
+realloc_unsampled(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, size_t size)
 {
-    const PyMemAllocatorEx *a = &hw_saved[d];
-    hw_tls_t *tls = &hw_tls;
+    tls->countdown -= (int64_t)size;
+    uint32_t fast = tls->fast; /* restored after: stale is harmless */
+    tls->fast = 0;
+    tls->reentrant = 1; /* pymalloc may hand the block to PyMem_RawRealloc */
+    void *ptr2 = a->realloc(a->ctx, ptr, size);
+    tls->reentrant = 0;
+    tls->fast = fast;
+    return ptr2;
+}
+
+static __attribute__((noinline)) void *
+hook_realloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, void *ptr,
+                  size_t size)
+{
     int state = hw_load_int(&hw_tracer.hook_state);
     if (tls->reentrant || !(state & HW_STATE_TRACING)) {
         return a->realloc(a->ctx, ptr, size);
     }
+    uint32_t fast = tls->fast; /* restored after: stale is harmless */
+    tls->fast = 0;
     tls->reentrant = 1;
     int was_traced = ptr != NULL && maybe_traced(state, ptr);
     int record = wants_record(state, tls, size);
@@ -224,7 +282,25 @@ hook_realloc(int d, int gil_domain, void *ptr, size_t size)
         ptr2 = realloc_traced(a, ptr, size, was_traced, record, gil_domain);
     }
     tls->reentrant = 0;
+    tls->fast = fast;
     return ptr2;
+}
+
+static inline __attribute__((always_inline)) void *
+hook_realloc(int d, int gil_domain, void *ptr, size_t size)
+{
+    const PyMemAllocatorEx *a = &hw_saved[d];
+    hw_tls_t *tls = &hw_tls;
+    if (HW_LIKELY(tls->fast == __atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED)) &&
+        HW_LIKELY(tls->countdown > 0 && size < (uint64_t)tls->countdown) &&
+        HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
+        if (!gil_domain) {
+            tls->countdown -= (int64_t)size;
+            return a->realloc(a->ctx, ptr, size);
+        }
+        return realloc_unsampled(a, tls, ptr, size);
+    }
+    return hook_realloc_slow(a, tls, gil_domain, ptr, size);
 }
 
 static void
@@ -248,16 +324,18 @@ free_traced(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_domain)
 {
     hw_traces_prefetch(&hw_tracer.traces, (uintptr_t)ptr);
     forget_block(ptr, gil_domain);
+    uint32_t fast = tls->fast; /* restored after: stale is harmless */
+    tls->fast = 0;
     tls->reentrant = 1;
     a->free(a->ctx, ptr);
     tls->reentrant = 0;
+    tls->fast = fast;
 }
 
-static inline void
-hook_free(int d, int gil_domain, void *ptr)
+/* Everything but the sampling fast path. */
+static __attribute__((noinline)) void
+hook_free_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_domain)
 {
-    const PyMemAllocatorEx *a = &hw_saved[d];
-    hw_tls_t *tls = &hw_tls;
     int state = hw_load_int(&hw_tracer.hook_state);
     if (tls->reentrant || !(state & HW_STATE_TRACING) || ptr == NULL ||
         !maybe_traced(state, ptr)) {
@@ -267,6 +345,37 @@ hook_free(int d, int gil_domain, void *ptr)
         return;
     }
     free_traced(a, tls, ptr, gil_domain);
+}
+
+static inline __attribute__((always_inline)) void
+hook_free(int d, int gil_domain, void *ptr)
+{
+    const PyMemAllocatorEx *a = &hw_saved[d];
+    hw_tls_t *tls = &hw_tls;
+    if (HW_LIKELY(tls->fast == __atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED))) {
+        /* Sample mode, not inside a hook: a clear filter bit proves the
+         * block was not sampled. */
+        if (HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
+            a->free(a->ctx, ptr);
+            return;
+        }
+        free_traced(a, tls, ptr, gil_domain);
+        return;
+    }
+    int state = hw_load_int(&hw_tracer.hook_state);
+    if (!(state & HW_STATE_SAMPLE)) {
+        /* Exact mode (or not tracing): only an empty table proves the block
+         * untraced.  A nested free of the same block (pymalloc handing a
+         * large one to PyMem_RawFree) finds the same answer. */
+        if (tls->reentrant || !(state & HW_STATE_TRACING) || ptr == NULL ||
+            __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED) == 0) {
+            a->free(a->ctx, ptr);
+            return;
+        }
+        free_traced(a, tls, ptr, gil_domain);
+        return;
+    }
+    hook_free_slow(a, tls, ptr, gil_domain);
 }
 
 #define DEFINE_HOOKS(NAME, D, GIL)                                                   \
@@ -386,6 +495,7 @@ static void
 fork_prepare(void)
 {
     fork_saved_reentrant = hw_tls.reentrant;
+    hw_tls.fast = 0;
     hw_tls.reentrant = 1;
     hw_lock();
 }

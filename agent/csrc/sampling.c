@@ -18,6 +18,23 @@ static uint32_t *bucket_counts;
 /* Whether any bit may be set; hw_tables_lock. */
 static int filter_dirty;
 
+uint32_t hw_fast_word = HW_FAST_CLOSED;
+/* Source of the even values of hw_fast_word; atomic. */
+static uint32_t fast_counter;
+
+void
+hw_fast_word_publish(void)
+{
+    const int open = HW_STATE_TRACING | HW_STATE_RECORDING | HW_STATE_SAMPLE;
+    uint32_t word = HW_FAST_CLOSED;
+    if ((hw_load_int(&hw_tracer.hook_state) & open) == open) {
+        do { /* never 0: a fresh thread's tls->fast */
+            word = __atomic_add_fetch(&fast_counter, 2, __ATOMIC_RELAXED);
+        } while (word == 0);
+    }
+    __atomic_store_n(&hw_fast_word, word, __ATOMIC_RELEASE);
+}
+
 /* Starts at 1 so that a fresh thread (rng_gen 0) always seeds. */
 uint32_t hw_rng_generation = 1;
 static uint64_t hw_rng_seed;
@@ -89,6 +106,7 @@ hw_sampling_reseed_all(void)
     }
     __atomic_store_n(&hw_rng_seed, seed, __ATOMIC_RELAXED);
     __atomic_add_fetch(&hw_rng_generation, 1, __ATOMIC_RELEASE);
+    hw_fast_word_publish();
 }
 
 void
@@ -96,6 +114,7 @@ hw_sampling_reset_this_thread(void)
 {
     hw_tls.countdown = 0;
     hw_tls.rng_gen = 0;
+    hw_tls.fast = 0;
 }
 
 static uint64_t

@@ -21,9 +21,10 @@
 #include "compat.h"
 
 typedef struct {
+    uint32_t fast;     /* hw_fast_word when the fast path is open to this thread, else 0 */
     int reentrant;     /* inside one of our hooks: nested calls pass through */
-    uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
     int64_t countdown; /* bytes to the next sample point */
+    uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
     uint64_t rng;      /* xorshift64* state */
 } hw_tls_t;
 
@@ -34,6 +35,21 @@ extern __thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
 /* Bumped by start() and in a forked child; atomic.  A thread whose rng_gen
  * differs reseeds and redraws its countdown (under a new interval, too). */
 extern uint32_t hw_rng_generation;
+
+/* The sampling fast path in one compare.  Odd (1) while it is closed: not
+ * tracing, not recording or exact mode.  While it is open, an even value that
+ * changes at every change of hw_tracer.hook_state or hw_rng_generation.  A
+ * thread whose tls->fast equals it is recording in sample mode, seeded in the
+ * current generation and not inside a hook, so its hooks need nothing else.
+ * The hooks' slow path sets tls->fast to the value it loaded before reading
+ * the state: a change published meanwhile leaves that value stale, never
+ * wrong.  While tls->reentrant is set, tls->fast is 0 (saved and restored
+ * around it: a restored stale value is harmless).  Atomic. */
+extern uint32_t hw_fast_word;
+#define HW_FAST_CLOSED 1u
+
+/* Recomputes hw_fast_word after hook_state or the generation changed. */
+void hw_fast_word_publish(void);
 
 #define HW_FILTER_BITS 17
 extern uint64_t hw_sample_bits[(1u << HW_FILTER_BITS) / 64];

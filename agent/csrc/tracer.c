@@ -75,6 +75,7 @@ publish_state_unlocked(void)
         }
     }
     __atomic_store_n(&hw_tracer.hook_state, state, __ATOMIC_RELEASE);
+    hw_fast_word_publish();
 }
 
 void

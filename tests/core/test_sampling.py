@@ -217,3 +217,50 @@ def test_restart_forgets_the_countdown_of_the_previous_session(core: ModuleType)
     keep = [bytearray(200) for _ in range(700)]
     assert core.get_stats()["live_traces"] > 100
     del keep, warm
+
+
+def test_a_mode_change_closes_the_sampling_fast_path(core: ModuleType) -> None:
+    # A thread on the sampling fast path (one compare per hook) must leave it
+    # the moment the mode changes, or exact tracing would miss its blocks.
+    core.start(1, "sample", 1 << 30)
+    warm = [bytearray(64) for _ in range(1000)]
+    assert core.get_stats()["live_traces"] < 10
+    core.stop()
+    core.start(1, "exact")
+    keep = [bytearray(64) for _ in range(1000)]
+    assert core.get_stats()["live_traces"] >= 1000
+    core.stop()
+    core.start(1, "sample", 1 << 30)
+    more = [bytearray(64) for _ in range(1000)]
+    assert core.get_stats()["live_traces"] < 10
+    del warm, keep, more
+
+
+def _grown(items: int) -> list[int]:
+    grown: list[int] = []
+    for i in range(items):
+        grown.append(i)  # list growth: realloc, nested in PyMem_RawRealloc past 512 bytes
+    return grown
+
+
+def test_blocks_grown_by_realloc_are_estimated_like_the_others(core: ModuleType) -> None:
+    line = (__file__, _grown.__code__.co_firstlineno + 3)
+
+    def site_bytes() -> tuple[int, list[list[int]]]:
+        keep = [_grown(1000) for _ in range(1000)]
+        stats = core.take_snapshot(traces=False).group("lineno").statistics()
+        return {f[0]: size for f, size, _c in stats}.get(line, 0), keep
+
+    core.start(1, "exact")
+    exact, keep = site_bytes()
+    sizes = [t[1] for t in core.take_snapshot().traces() if t[2][0] == line]
+    core.stop()
+    del keep
+    interval = 64 * 1024
+    core.start(1, "sample", interval)
+    estimate, keep = site_bytes()
+    assert exact > 7_000_000 and len(sizes) == 1000
+    # Each realloc is a new draw that keeps or drops the block's trace, so a
+    # block counts as sampled with the probability of its final size.
+    assert abs(estimate - exact) <= 5 * math.sqrt(_variance(sizes, interval))
+    del keep
