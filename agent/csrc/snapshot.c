@@ -234,6 +234,7 @@ hw_snapshot_t *
 hw_snapshot_take(int with_traces, int reset_peak)
 {
     hw_tb_release_orphans(); /* drains the graveyard too */
+    hw_compact_tables();
     hw_snapshot_t *snap = hw_calloc(HW_MEM_SNAPSHOT, 1, sizeof(*snap));
     if (snap == NULL) {
         PyErr_NoMemory();

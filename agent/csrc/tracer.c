@@ -186,6 +186,19 @@ hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t 
     hw_store_counter(&hw_tracer.recorded, hw_tracer.recorded + 1);
 }
 
+void
+hw_compact_tables(void)
+{
+    hw_lock();
+    if (tables_ready) {
+        hw_traces_compact_unlocked(&hw_tracer.traces);
+        for (size_t i = 0; i < hw_tracer.ndomains; i++) {
+            hw_traces_compact_unlocked(&hw_tracer.domains[i].traces);
+        }
+    }
+    hw_unlock();
+}
+
 int
 hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr)
 {

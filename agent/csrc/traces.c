@@ -138,11 +138,29 @@ delete_at(hw_traces_t *t, size_t i)
     }
     t->slots[i].ptr = 0;
     t->count--;
-    /* Shrink after a peak so the table follows live traces; a failure to
-     * shrink only costs memory. */
+    /* Shrink only far below a peak: a live set that swings up and down (a
+     * request, a json round trip) would otherwise rehash on every swing.
+     * hw_traces_compact_unlocked() brings the table closer to live traces at
+     * every snapshot and drain.  A failure to shrink only costs memory. */
     size_t capacity = t->mask + 1;
-    if (capacity > MIN_CAPACITY && t->count * 8 < capacity) {
-        (void)rehash(t, capacity / 2);
+    if (capacity > MIN_CAPACITY && t->count * 64 < capacity) {
+        (void)rehash(t, capacity / 4);
+    }
+}
+
+void
+hw_traces_compact_unlocked(hw_traces_t *t)
+{
+    size_t capacity = t->mask + 1;
+    size_t target = capacity;
+    while (target > MIN_CAPACITY && t->count * 8 < target) {
+        target /= 2;
+    }
+    if (target < capacity) {
+        (void)rehash(t, target);
+    }
+    if (t->big != NULL) {
+        hw_traces_compact_unlocked(t->big);
     }
 }
 

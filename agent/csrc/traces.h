@@ -65,6 +65,9 @@ int hw_traces_put_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t si
 int hw_traces_pop_unlocked(hw_traces_t *t, uintptr_t ptr, hw_trace_t *out);
 /* Returns 1 and fills *out if ptr is traced. */
 int hw_traces_get_unlocked(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out);
+/* Halves the table while live traces fill less than 1/8 of it (deletes
+ * shrink it only below 1/64, so that swings of the live set do not rehash). */
+void hw_traces_compact_unlocked(hw_traces_t *t);
 /* Full size of an occupied slot. */
 size_t hw_traces_slot_size_unlocked(const hw_traces_t *t, const hw_slot_t *slot);
 
