@@ -88,3 +88,25 @@ def test_table_grows_and_shrinks_with_live_traces(tracing: ModuleType) -> None:
         core._untrack(DOMAIN, i * 16)
     core._check_invariants()
     assert core.get_tracemalloc_memory() < before + (grown - before) // 4
+
+
+def test_a_swinging_live_set_keeps_the_table_until_a_drain_compacts_it(
+    tracing: ModuleType,
+) -> None:
+    # Frees shrink the table only far below its peak, so that a live set that
+    # swings up and down does not rehash on every swing; drain() (every agent
+    # cycle) and snapshots bring it back toward the live traces.
+    core = tracing
+    before = core.get_tracemalloc_memory()
+    for i in range(1, 200_001):
+        core._track(DOMAIN, i * 16, 8)
+    grown = core.get_tracemalloc_memory()
+    for i in range(1, 190_001):
+        core._untrack(DOMAIN, i * 16)
+    core._check_invariants()
+    assert core.get_tracemalloc_memory() > before + (grown - before) // 2
+    core.drain()
+    core._check_invariants()
+    assert core.get_tracemalloc_memory() < before + (grown - before) // 4
+    kept = [t for t in core.take_snapshot().traces() if t[0] == DOMAIN]
+    assert len(kept) == 10_000
