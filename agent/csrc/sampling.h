@@ -5,7 +5,7 @@
  * thread-local subtraction and one compare: no lock, no frame walk, no GIL.
  *
  * Freeing must know whether a block was sampled without a table lookup.
- * hw_sample_bits has one bit per hash bucket of addresses, set while some
+ * hw_sample_bits has one bit per bucket of addresses, set while some
  * sampled live block hashes there: a clear bit proves the block was not
  * sampled.  It is 16 KiB, so the check on every free stays in cache; the
  * per-bucket counts behind it are only touched under hw_tables_lock, when a
@@ -54,10 +54,16 @@ void hw_fast_word_publish(void);
 #define HW_FILTER_BITS 17
 extern uint64_t hw_sample_bits[(1u << HW_FILTER_BITS) / 64];
 
+/* One bit per 16-byte granule of a block's start address, modulo 2 MiB: the
+ * blocks of one pymalloc pool share a cache line of the bitmap as they share
+ * their own, so frees rarely miss the cache on it (a multiplicative hash put
+ * each free on a random line of the 16 KiB).  Addresses 2 MiB apart share a
+ * bit: a false positive costs a table lookup under the lock, never a wrong
+ * answer. */
 static inline size_t
 hw_filter_slot(uintptr_t ptr)
 {
-    return (size_t)(((uint64_t)ptr * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - HW_FILTER_BITS));
+    return (size_t)((ptr >> 4) & ((1u << HW_FILTER_BITS) - 1));
 }
 
 static inline int
