@@ -88,35 +88,33 @@ def test_a_live_block_keeps_its_site_after_its_code_object_is_gone(core: ModuleT
     del block
 
 
+def _twice_rows(core: ModuleType) -> list[Any]:
+    """The <twice>:2 rows of a fresh snapshot, once dead code is released."""
+    gc.collect()
+    core.drain()
+    core._check_invariants()
+    stats = core.take_snapshot().group("lineno").statistics()
+    return [row for row in stats if row[0] == (("<twice>", 2),)]
+
+
 def test_the_same_site_compiled_twice_merges_once_both_are_gone(core: ModuleType) -> None:
     core.start(1)
     source = "def f(n):\n    return bytearray(n)\n"
     first, second = _compiled(source, "<twice>"), _compiled(source, "<twice>")
     blocks = [first(50_000), second(70_000)]
     del first, second
-    gc.collect()
-    core.drain()
-    core._check_invariants()
-    stats = core.take_snapshot().group("lineno").statistics()
-    twice = [row for row in stats if row[0] == (("<twice>", 2),)]
+    twice = _twice_rows(core)
     # A bytearray is two blocks: the object and its buffer.
     assert len(twice) == 1 and twice[0][2] == 4 and twice[0][1] >= 120_000
     third = _compiled(source, "<twice>")  # a new code object: its own traceback
     blocks.append(third(10_000))
     del third
-    gc.collect()
-    core.drain()
-    core._check_invariants()
-    stats = core.take_snapshot().group("lineno").statistics()
-    twice = [row for row in stats if row[0] == (("<twice>", 2),)]
+    twice = _twice_rows(core)
     assert len(twice) == 1 and twice[0][2] == 6 and twice[0][1] >= 130_000
     before = core.get_traced_memory()[0]
     del blocks
-    core.drain()
-    core._check_invariants()
+    assert not _twice_rows(core)
     assert core.get_traced_memory()[0] <= before - 130_000
-    stats = core.take_snapshot().group("lineno").statistics()
-    assert not [row for row in stats if row[0] == (("<twice>", 2),)]
 
 
 @pytest.mark.slow
