@@ -68,7 +68,7 @@ ci-tools:  ## install the external tools CI tests with (Debian packages)
 ci: ci-tools  ## what CI runs: lint, every Python, the sanitizer build, the real tools
 	$(MAKE) --no-print-directory lint
 	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test
-	$(MAKE) --no-print-directory test-all VERSIONS="$(filter-out $(shell $(PYTHON) -c 'import sys;print("%d.%d"%sys.version_info[:2])'),$(VERSIONS))" PYTEST_ARGS="-m 'not slow and not tools'"
+	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test-all VERSIONS="$(filter-out $(shell $(PYTHON) -c 'import sys;print("%d.%d"%sys.version_info[:2])'),$(VERSIONS))"
 	$(MAKE) --no-print-directory sanitize
 
 clean:  ## remove build products and virtual environments
