@@ -124,46 +124,56 @@ wants_record(int state, hw_tls_t *tls, size_t size)
 #define CALL_ALLOC(a, zeroed, nelem, elsize) \
     ((zeroed) ? (a)->calloc((a)->ctx, (nelem), (elsize)) : (a)->malloc((a)->ctx, (elsize)))
 
+/* Marks the calling thread inside our hooks, so that nested calls pass
+ * through; the sampling fast path closes meanwhile (see sampling.h).
+ * Returns what hook_leave() restores: a stale value is harmless. */
+static inline uint32_t
+hook_enter(hw_tls_t *tls)
+{
+    uint32_t fast = tls->fast;
+    tls->fast = 0;
+    tls->reentrant = 1;
+    return fast;
+}
+
+static inline void
+hook_leave(hw_tls_t *tls, uint32_t fast)
+{
+    tls->reentrant = 0;
+    tls->fast = fast;
+}
+
 /* Out of line, so that the fast paths of the hooks save no registers. */
 static __attribute__((noinline)) void *
 alloc_flagged(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem, size_t elsize,
               int record, int gil_domain)
 {
-    uint32_t fast = tls->fast; /* restored after: stale is harmless */
-    tls->fast = 0;
-    tls->reentrant = 1;
+    uint32_t fast = hook_enter(tls);
     void *ptr = CALL_ALLOC(a, zeroed, nelem, elsize);
     if (ptr != NULL && record) {
         record_block(ptr, nelem * elsize, gil_domain);
     }
-    tls->reentrant = 0;
-    tls->fast = fast;
+    hook_leave(tls, fast);
     return ptr;
 }
 
-/* Everything but the sampling fast path: exact mode, not recording, inside
- * a hook, a thread not seeded yet, a sample point reached. */
+/* Sample mode, recording, off the fast path: a thread not seeded yet, or
+ * not on the fast path since it was published.  Opens it for the thread. */
 static __attribute__((noinline)) void *
-hook_alloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, int zeroed,
-                size_t nelem, size_t elsize)
+alloc_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, int zeroed,
+                  size_t nelem, size_t elsize)
 {
+    /* Loaded before hw_sample_take() reads the generation (see sampling.h). */
     uint32_t fast = __atomic_load_n(&hw_fast_word, __ATOMIC_ACQUIRE);
-    int state = hw_load_int(&hw_tracer.hook_state);
-    if (tls->reentrant || !(state & HW_STATE_RECORDING)) {
-        return CALL_ALLOC(a, zeroed, nelem, elsize);
-    }
     /* calloc: the wrapped allocator checks nelem * elsize for overflow and
      * then fails; a wrapped product only skews one sampling decision. */
     size_t size = nelem * elsize;
-    int record = 1;
-    if (state & HW_STATE_SAMPLE) {
-        record = hw_sample_take(tls, size); /* seeds this thread if needed */
-        if (!(fast & HW_FAST_CLOSED)) {
-            tls->fast = fast;
-        }
-        if (!record && (!gil_domain || size <= HW_NESTING_THRESHOLD)) {
-            return CALL_ALLOC(a, zeroed, nelem, elsize);
-        }
+    int record = hw_sample_take(tls, size); /* seeds this thread if needed */
+    if (!(fast & HW_FAST_CLOSED)) {
+        tls->fast = fast;
+    }
+    if (!record && (!gil_domain || size <= HW_NESTING_THRESHOLD)) {
+        return CALL_ALLOC(a, zeroed, nelem, elsize);
     }
     return alloc_flagged(a, tls, zeroed, nelem, elsize, record, gil_domain);
 }
@@ -182,7 +192,7 @@ hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
     hw_tls_t *tls = &hw_tls;
-    if (HW_LIKELY(tls->fast == __atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED))) {
+    if (HW_LIKELY(hw_on_fast_path(tls))) {
         /* Sample mode, recording, seeded, not inside a hook (see sampling.h). */
         size_t size = nelem * elsize;
         tls->countdown -= (int64_t)size;
@@ -194,14 +204,13 @@ hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
         return alloc_sample_point(a, tls, gil_domain, zeroed, nelem, elsize);
     }
     int state = hw_load_int(&hw_tracer.hook_state);
-    if (!(state & HW_STATE_SAMPLE)) {
-        /* Exact mode (or not tracing): every block is recorded. */
-        if (tls->reentrant || !(state & HW_STATE_RECORDING)) {
-            return CALL_ALLOC(a, zeroed, nelem, elsize);
-        }
-        return alloc_flagged(a, tls, zeroed, nelem, elsize, 1, gil_domain);
+    if (tls->reentrant || !(state & HW_STATE_RECORDING)) {
+        return CALL_ALLOC(a, zeroed, nelem, elsize);
     }
-    return hook_alloc_slow(a, tls, gil_domain, zeroed, nelem, elsize);
+    if (state & HW_STATE_SAMPLE) {
+        return alloc_sample_slow(a, tls, gil_domain, zeroed, nelem, elsize);
+    }
+    return alloc_flagged(a, tls, zeroed, nelem, elsize, 1, gil_domain);
 }
 
 static void *
@@ -252,12 +261,9 @@ static __attribute__((noinline)) void *
 realloc_unsampled(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, size_t size)
 {
     tls->countdown -= (int64_t)size;
-    uint32_t fast = tls->fast; /* restored after: stale is harmless */
-    tls->fast = 0;
-    tls->reentrant = 1; /* pymalloc may hand the block to PyMem_RawRealloc */
+    uint32_t fast = hook_enter(tls); /* pymalloc may hand the block to PyMem_RawRealloc */
     void *ptr2 = a->realloc(a->ctx, ptr, size);
-    tls->reentrant = 0;
-    tls->fast = fast;
+    hook_leave(tls, fast);
     return ptr2;
 }
 
@@ -269,9 +275,7 @@ hook_realloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, void
     if (tls->reentrant || !(state & HW_STATE_TRACING)) {
         return a->realloc(a->ctx, ptr, size);
     }
-    uint32_t fast = tls->fast; /* restored after: stale is harmless */
-    tls->fast = 0;
-    tls->reentrant = 1;
+    uint32_t fast = hook_enter(tls);
     int was_traced = ptr != NULL && maybe_traced(state, ptr);
     int record = wants_record(state, tls, size);
     void *ptr2;
@@ -281,8 +285,7 @@ hook_realloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, void
     else {
         ptr2 = realloc_traced(a, ptr, size, was_traced, record, gil_domain);
     }
-    tls->reentrant = 0;
-    tls->fast = fast;
+    hook_leave(tls, fast);
     return ptr2;
 }
 
@@ -291,7 +294,7 @@ hook_realloc(int d, int gil_domain, void *ptr, size_t size)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
     hw_tls_t *tls = &hw_tls;
-    if (HW_LIKELY(tls->fast == __atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED)) &&
+    if (HW_LIKELY(hw_on_fast_path(tls)) &&
         HW_LIKELY(tls->countdown > 0 && size < (uint64_t)tls->countdown) &&
         HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
         if (!gil_domain) {
@@ -324,18 +327,25 @@ free_traced(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_domain)
 {
     hw_traces_prefetch(&hw_tracer.traces, (uintptr_t)ptr);
     forget_block(ptr, gil_domain);
-    uint32_t fast = tls->fast; /* restored after: stale is harmless */
-    tls->fast = 0;
-    tls->reentrant = 1;
+    uint32_t fast = hook_enter(tls);
     a->free(a->ctx, ptr);
-    tls->reentrant = 0;
-    tls->fast = fast;
+    hook_leave(tls, fast);
 }
 
-/* Everything but the sampling fast path. */
-static __attribute__((noinline)) void
-hook_free_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_domain)
+static inline __attribute__((always_inline)) void
+hook_free(int d, int gil_domain, void *ptr)
 {
+    const PyMemAllocatorEx *a = &hw_saved[d];
+    hw_tls_t *tls = &hw_tls;
+    if (HW_LIKELY(hw_on_fast_path(tls))) {
+        /* Sample mode, not inside a hook: only the filter is left to ask. */
+        if (HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
+            a->free(a->ctx, ptr);
+            return;
+        }
+        free_traced(a, tls, ptr, gil_domain);
+        return;
+    }
     int state = hw_load_int(&hw_tracer.hook_state);
     if (tls->reentrant || !(state & HW_STATE_TRACING) || ptr == NULL ||
         !maybe_traced(state, ptr)) {
@@ -345,37 +355,6 @@ hook_free_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_doma
         return;
     }
     free_traced(a, tls, ptr, gil_domain);
-}
-
-static inline __attribute__((always_inline)) void
-hook_free(int d, int gil_domain, void *ptr)
-{
-    const PyMemAllocatorEx *a = &hw_saved[d];
-    hw_tls_t *tls = &hw_tls;
-    if (HW_LIKELY(tls->fast == __atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED))) {
-        /* Sample mode, not inside a hook: a clear filter bit proves the
-         * block was not sampled. */
-        if (HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
-            a->free(a->ctx, ptr);
-            return;
-        }
-        free_traced(a, tls, ptr, gil_domain);
-        return;
-    }
-    int state = hw_load_int(&hw_tracer.hook_state);
-    if (!(state & HW_STATE_SAMPLE)) {
-        /* Exact mode (or not tracing): only an empty table proves the block
-         * untraced.  A nested free of the same block (pymalloc handing a
-         * large one to PyMem_RawFree) finds the same answer. */
-        if (tls->reentrant || !(state & HW_STATE_TRACING) || ptr == NULL ||
-            __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED) == 0) {
-            a->free(a->ctx, ptr);
-            return;
-        }
-        free_traced(a, tls, ptr, gil_domain);
-        return;
-    }
-    hook_free_slow(a, tls, ptr, gil_domain);
 }
 
 #define DEFINE_HOOKS(NAME, D, GIL)                                                   \

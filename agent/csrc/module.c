@@ -643,8 +643,7 @@ core_drain(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    hw_tb_release_orphans(); /* drains the graveyard too */
-    hw_compact_tables();
+    hw_housekeeping();
     Py_RETURN_NONE;
 }
 

@@ -41,15 +41,23 @@ extern uint32_t hw_rng_generation;
  * changes at every change of hw_tracer.hook_state or hw_rng_generation.  A
  * thread whose tls->fast equals it is recording in sample mode, seeded in the
  * current generation and not inside a hook, so its hooks need nothing else.
- * The hooks' slow path sets tls->fast to the value it loaded before reading
- * the state: a change published meanwhile leaves that value stale, never
- * wrong.  While tls->reentrant is set, tls->fast is 0 (saved and restored
+ * An even value says the state was open when it was published, so the
+ * hooks' slow path may copy it to tls->fast once the thread is seeded: it
+ * loads it before seeding, and a change published meanwhile leaves the copy
+ * stale, never wrong.  While tls->reentrant is set, tls->fast is 0 (saved and restored
  * around it: a restored stale value is harmless).  Atomic. */
 extern uint32_t hw_fast_word;
 #define HW_FAST_CLOSED 1u
 
 /* Recomputes hw_fast_word after hook_state or the generation changed. */
 void hw_fast_word_publish(void);
+
+/* Whether the calling thread's hooks may take the sampling fast path. */
+static inline int
+hw_on_fast_path(const hw_tls_t *tls)
+{
+    return tls->fast == __atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED);
+}
 
 #define HW_FILTER_BITS 17
 extern uint64_t hw_sample_bits[(1u << HW_FILTER_BITS) / 64];

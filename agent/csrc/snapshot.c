@@ -233,8 +233,7 @@ reserve(hw_snapshot_t *snap, uint32_t **local, size_t *local_len, size_t *tb_roo
 hw_snapshot_t *
 hw_snapshot_take(int with_traces, int reset_peak)
 {
-    hw_tb_release_orphans(); /* drains the graveyard too */
-    hw_compact_tables();
+    hw_housekeeping();
     hw_snapshot_t *snap = hw_calloc(HW_MEM_SNAPSHOT, 1, sizeof(*snap));
     if (snap == NULL) {
         PyErr_NoMemory();

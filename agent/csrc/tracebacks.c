@@ -160,6 +160,42 @@ frame_name(const hw_frame_t *frame)
     return (hw_rawname_t *)(frame->key & ~HW_FRAME_RAW);
 }
 
+/* Makes a code frame a raw one: (interned copy of the filename, line).  The
+ * name is not counted yet: the caller counts it once every frame of the
+ * traceback is converted, or calls drop_uncounted_names_unlocked().  Returns
+ * -1 when out of memory, leaving the frame as it was. */
+static int
+frame_to_raw_unlocked(hw_frame_t *frame, PyCodeObject *code, int lineno)
+{
+    PyObject *filename = code->co_filename;
+    hw_rawname_t *name = NULL;
+    if (filename != NULL && PyUnicode_Check(filename)) {
+        name = name_intern_unlocked(filename);
+        if (name == NULL) {
+            return -1;
+        }
+    }
+    frame->key = name == NULL ? 0 : (uintptr_t)name | HW_FRAME_RAW;
+    frame->lasti = lineno < 0 ? 0 : lineno;
+    return 0;
+}
+
+/* Frees the names of frames[0..n) that no traceback counts, each once (two
+ * frames may share one). */
+static void
+drop_uncounted_names_unlocked(const hw_frame_t *frames, int n)
+{
+    for (int j = 0; j < n; j++) {
+        int first = frame_is_raw(&frames[j]);
+        for (int k = 0; k < j && first; k++) {
+            first = frames[k].key != frames[j].key;
+        }
+        if (first) {
+            name_drop_if_unused_unlocked(frame_name(&frames[j]));
+        }
+    }
+}
+
 /* Rewrites foreign code frames as (raw name, line).  Returns -1 when out of
  * memory, after dropping the names it created. */
 static int
@@ -169,23 +205,10 @@ foreign_to_raw_unlocked(hw_capture_t *cap)
         hw_frame_t *frame = &cap->frames[i];
         PyCodeObject *code = (PyCodeObject *)frame->key;
         /* Reads the immutable line table only: safe without the GIL. */
-        int lineno = PyCode_Addr2Line(code, (int)frame->lasti);
-        frame->lasti = lineno < 0 ? 0 : lineno;
-        PyObject *filename = code->co_filename;
-        if (filename == NULL || !PyUnicode_Check(filename)) {
-            frame->key = 0;
-            continue;
-        }
-        hw_rawname_t *name = name_intern_unlocked(filename);
-        if (name == NULL) {
-            for (int j = 0; j < i; j++) {
-                if (frame_is_raw(&cap->frames[j])) {
-                    name_drop_if_unused_unlocked(frame_name(&cap->frames[j]));
-                }
-            }
+        if (frame_to_raw_unlocked(frame, code, PyCode_Addr2Line(code, (int)frame->lasti)) < 0) {
+            drop_uncounted_names_unlocked(cap->frames, i);
             return -1;
         }
-        frame->key = (uintptr_t)name | HW_FRAME_RAW;
     }
     return 0;
 }
@@ -466,10 +489,8 @@ hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
     if (tb->ntraces != 0 || tb->pins != 0 || tb->idle) {
         return;
     }
-    if (tb->id == 0 || tb->unlisted) {
-        /* Detached by clear_traces() (its snapshot let go), or a duplicate
-         * left behind by hw_tb_release_orphans(). */
-        tb_free_unlocked(tb);
+    if (tb->id == 0) {
+        tb_free_unlocked(tb); /* detached by clear_traces(): its snapshot let go */
         return;
     }
     tb->idle = 1;
@@ -524,7 +545,6 @@ hw_tb_clear_unlocked(void)
 
 /* ---- orphaned code objects --------------------------------------------- */
 
-static size_t graveyard_drain(void);
 
 typedef struct {
     uintptr_t code; /* 0: empty slot */
@@ -557,7 +577,9 @@ code_is_orphan(code_refs_t *table, size_t mask, const hw_frame_t *frame)
 
 /* Rewrites tb's orphan frames as (raw name, line) and queues their code
  * references for release.  On failure (out of memory) tb is left as it was:
- * the code objects stay alive until a later pass. */
+ * the code objects stay alive until a later pass.  Code objects that are gone
+ * can leave equal tracebacks behind (the same source compiled twice): the
+ * set holds both, lookups find either, and each is freed once unused. */
 static void
 tb_unorphan_unlocked(hw_traceback_t *tb, code_refs_t *table, size_t mask)
 {
@@ -566,70 +588,73 @@ tb_unorphan_unlocked(hw_traceback_t *tb, code_refs_t *table, size_t mask)
         return;
     }
     memcpy(frames, tb->frames, sizeof(hw_frame_t) * tb->nframe);
-    int i;
-    for (i = 0; i < tb->nframe; i++) {
-        if (!code_is_orphan(table, mask, &tb->frames[i])) {
+    int32_t *lines = hw_tb_lines(tb);
+    for (int i = 0; i < tb->nframe; i++) {
+        if (!code_is_orphan(table, mask, &frames[i])) {
             continue;
         }
-        PyCodeObject *code = (PyCodeObject *)tb->frames[i].key;
-        int32_t line = hw_tb_lines(tb)[i];
-        if (line < 0) {
-            line = PyCode_Addr2Line(code, (int)tb->frames[i].lasti);
+        PyCodeObject *code = (PyCodeObject *)frames[i].key;
+        int lineno = lines[i] >= 0 ? lines[i] : PyCode_Addr2Line(code, (int)frames[i].lasti);
+        if (frame_to_raw_unlocked(&frames[i], code, lineno) < 0) {
+            drop_uncounted_names_unlocked(frames, i);
+            hw_free(HW_MEM_TRACER, frames);
+            return;
         }
-        frames[i].lasti = line < 0 ? 0 : line;
-        if (code->co_filename == NULL || !PyUnicode_Check(code->co_filename)) {
-            frames[i].key = 0;
-            continue;
-        }
-        hw_rawname_t *name = name_intern_unlocked(code->co_filename);
-        if (name == NULL) {
-            break;
-        }
-        name->refcnt++;
-        frames[i].key = (uintptr_t)name | HW_FRAME_RAW;
     }
-    if (i < tb->nframe) {
-        for (int j = 0; j < i; j++) {
-            if (frame_is_raw(&frames[j]) && !frame_is_raw(&tb->frames[j])) {
-                hw_rawname_t *name = frame_name(&frames[j]);
-                name->refcnt--;
-                name_drop_if_unused_unlocked(name);
-            }
-        }
-        hw_free(HW_MEM_TRACER, frames);
-        return;
-    }
-
-    int listed = tb->id != 0 && !tb->unlisted;
-    if (listed) {
-        hw_pset_remove(&tb_set, tb);
-    }
-    for (i = 0; i < tb->nframe; i++) {
+    hw_pset_remove(&tb_set, tb); /* its hash changes */
+    for (int i = 0; i < tb->nframe; i++) {
         if (frame_is_code(&tb->frames[i]) && !frame_is_code(&frames[i])) {
             (void)graveyard_push_unlocked((PyObject *)tb->frames[i].key);
-            hw_tb_lines(tb)[i] = -1;
+            if (frame_is_raw(&frames[i])) {
+                frame_name(&frames[i])->refcnt++;
+            }
+            lines[i] = -1;
         }
     }
     memcpy(tb->frames, frames, sizeof(hw_frame_t) * tb->nframe);
     hw_free(HW_MEM_TRACER, frames);
     tb_key_t key = {tb->domain, tb->nframe, tb->total_nframe, tb->frames};
     tb->hash = hash_frames(&key);
-    if (!listed) {
-        return;
+    /* Out of memory, it stays out of the set: freed once unused all the same. */
+    (void)hw_pset_add(&tb_set, tb);
+}
+
+/* Counts the frames naming each code object, then frees or rewrites the
+ * tracebacks that name an orphan.  Returns how many. */
+static size_t
+release_orphans_unlocked(code_refs_t *table, size_t mask)
+{
+    /* Detached tracebacks (id 0) are not counted: the references they hold
+     * make their code objects look alive, which errs on the safe side. */
+    for (uint32_t id = 1; id < tb_ids_bound; id++) {
+        hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
+        for (int i = 0; tb != NULL && i < tb->nframe; i++) {
+            if (frame_is_code(&tb->frames[i])) {
+                code_refs_t *slot = code_refs_slot(table, mask, tb->frames[i].key);
+                slot->code = tb->frames[i].key;
+                slot->refs++;
+            }
+        }
     }
-    /* Code objects that are gone can leave equal tracebacks behind (the same
-     * source compiled twice, say).  Their traces stay where they are; the
-     * set keeps one of them, which new traces will share. */
-    hw_traceback_t *twin = tb_find_unlocked(tb->hash, &key);
-    if (twin != NULL && twin->idle) {
-        twin->idle = 0;
-        idle_count--;
-        tb_unintern_unlocked(twin);
-        twin = NULL;
+    size_t released = 0;
+    for (uint32_t id = 1; id < tb_ids_bound; id++) {
+        hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
+        for (int i = 0; tb != NULL && i < tb->nframe; i++) {
+            if (code_is_orphan(table, mask, &tb->frames[i])) {
+                released++;
+                if (tb->idle) {
+                    tb->idle = 0;
+                    idle_count--;
+                    tb_unintern_unlocked(tb);
+                }
+                else {
+                    tb_unorphan_unlocked(tb, table, mask);
+                }
+                break;
+            }
+        }
     }
-    if (twin != NULL || hw_pset_add(&tb_set, tb) < 0) {
-        tb->unlisted = 1;
-    }
+    return released;
 }
 
 /* One pass: returns how many tracebacks lost a code object plus how many
@@ -639,64 +664,24 @@ release_orphans_once(void)
 {
     size_t released = 0;
     hw_lock();
-    if (!initialized) {
-        hw_unlock();
-        return 0;
-    }
     size_t nframes = 0;
     for (uint32_t id = 1; id < tb_ids_bound; id++) {
-        hw_traceback_t *tb = tb_ids[id];
-        if (!((uintptr_t)tb & 1)) {
-            nframes += tb->nframe;
-        }
+        hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
+        nframes += tb == NULL ? 0 : tb->nframe;
     }
     size_t cap = 16;
     while (cap < 2 * nframes) {
         cap *= 2;
     }
+    /* Out of memory (or nothing interned), the graveyard is drained all the
+     * same: orphans wait for a later pass. */
     code_refs_t *table = nframes ? hw_calloc(HW_MEM_TRACER, cap, sizeof(code_refs_t)) : NULL;
-    if (table == NULL) {
-        hw_unlock();
-        return 0;
-    }
-    /* Detached tracebacks (id 0) are not counted: the references they hold
-     * make their code objects look alive, which errs on the safe side. */
-    for (uint32_t id = 1; id < tb_ids_bound; id++) {
-        hw_traceback_t *tb = tb_ids[id];
-        if ((uintptr_t)tb & 1) {
-            continue;
-        }
-        for (int i = 0; i < tb->nframe; i++) {
-            if (frame_is_code(&tb->frames[i])) {
-                code_refs_t *slot = code_refs_slot(table, cap - 1, tb->frames[i].key);
-                slot->code = tb->frames[i].key;
-                slot->refs++;
-            }
-        }
-    }
-    for (uint32_t id = 1; id < tb_ids_bound; id++) {
-        hw_traceback_t *tb = tb_ids[id];
-        if ((uintptr_t)tb & 1) {
-            continue;
-        }
-        for (int i = 0; i < tb->nframe; i++) {
-            if (code_is_orphan(table, cap - 1, &tb->frames[i])) {
-                released++;
-                if (tb->idle) {
-                    tb->idle = 0;
-                    idle_count--;
-                    tb_unintern_unlocked(tb);
-                }
-                else {
-                    tb_unorphan_unlocked(tb, table, cap - 1);
-                }
-                break;
-            }
-        }
+    if (table != NULL) {
+        released = release_orphans_unlocked(table, cap - 1);
     }
     hw_unlock();
     hw_free(HW_MEM_TRACER, table);
-    return released + graveyard_drain();
+    return released + hw_graveyard_drain();
 }
 
 /* Releasing one code object can orphan others: a module's code holds its
@@ -720,9 +705,8 @@ hw_graveyard_len_unlocked(void)
     return graveyard_len;
 }
 
-/* Returns how many references it released. */
-static size_t
-graveyard_drain(void)
+size_t
+hw_graveyard_drain(void)
 {
     hw_lock();
     hw_tb_sweep_unlocked();
@@ -737,10 +721,4 @@ graveyard_drain(void)
     }
     hw_free(HW_MEM_TRACER, dead);
     return n;
-}
-
-void
-hw_graveyard_drain(void)
-{
-    (void)graveyard_drain();
 }

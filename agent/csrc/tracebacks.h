@@ -59,8 +59,7 @@ typedef struct hw_traceback {
     uint32_t domain;
     uint16_t nframe;
     uint16_t total_nframe;
-    uint16_t idle;     /* interned but unused, counted in the idle total */
-    uint16_t unlisted; /* has an id but is out of the set: freed once unused */
+    uint32_t idle; /* interned but unused, counted in the idle total */
     hw_frame_t frames[];
     /* followed by int32_t lines[nframe]: see hw_tb_lines() */
 } hw_traceback_t;
@@ -113,8 +112,8 @@ void hw_tb_release_orphans(void);
 
 /* Code references waiting for the GIL. */
 size_t hw_graveyard_len_unlocked(void);
-/* Sweeps idle tracebacks and releases the references.  GIL held,
- * hw_tables_lock not held (a dealloc frees memory through our own hooks). */
-void hw_graveyard_drain(void);
+/* Sweeps idle tracebacks and releases the references; returns how many.  GIL
+ * held, hw_tables_lock not held (a dealloc frees memory through our own hooks). */
+size_t hw_graveyard_drain(void);
 
 #endif

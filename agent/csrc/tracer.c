@@ -187,8 +187,9 @@ hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t 
 }
 
 void
-hw_compact_tables(void)
+hw_housekeeping(void)
 {
+    hw_tb_release_orphans();
     hw_lock();
     if (tables_ready) {
         hw_traces_compact_unlocked(&hw_tracer.traces);

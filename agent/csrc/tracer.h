@@ -94,8 +94,10 @@ void hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp);
 void hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t *cap);
 /* hw_tables_lock held.  Returns 1 if ptr was traced. */
 int hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr);
-/* Shrinks the trace tables toward live traces (snapshots and drain). */
-void hw_compact_tables(void);
+/* What snapshots and drain() do first: release orphaned code objects and the
+ * graveyard, shrink the trace tables toward live traces.  GIL held,
+ * hw_tables_lock not held. */
+void hw_housekeeping(void);
 /* hw_tables_lock held.  The traced table of a domain, or NULL. */
 hw_traces_t *hw_domain_table_unlocked(uint32_t domain, int create);
 
