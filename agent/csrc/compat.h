@@ -140,6 +140,13 @@ hw_frame_counts_below(hw_pyframe_t *frame)
 #endif
 }
 
+/* Whether hw_frame_counts_below() is 1 for every frame. */
+#if PY_VERSION_HEX >= 0x030C0000
+#  define HW_EVERY_FRAME_COUNTS 0
+#else
+#  define HW_EVERY_FRAME_COUNTS 1
+#endif
+
 /* The code object of a frame hw_frame_counts_below() accepts. */
 static inline PyCodeObject *
 hw_frame_code(hw_pyframe_t *frame)

@@ -19,26 +19,16 @@
  * that released it) cannot take references, so they are resolved at once into
  * a line number and a copy of the filename (a raw name).
  *
- * Everything here except hw_capture() and hw_graveyard_drain() expects
+ * Everything here except hw_graveyard_drain() expects
  * hw_tables_lock to be held.
  */
 #ifndef HEAPWATCH_TRACEBACKS_H
 #define HEAPWATCH_TRACEBACKS_H
 
+#include "capture.h"
 #include "compat.h"
 
 #define HW_MAX_NFRAME 65535
-#define HW_CAPTURE_LOCAL 64
-
-/* Frame keys: a PyCodeObject* (strong reference held by the traceback), a
- * hw_rawname_t* tagged with HW_FRAME_RAW, or 0 for "<unknown>". */
-#define HW_FRAME_RAW ((uintptr_t)1)
-
-/* Frames compare with memcmp(): no padding, no cached state. */
-typedef struct {
-    uintptr_t key;
-    int64_t lasti; /* code frames: byte offset; other frames: the line number */
-} hw_frame_t;
 
 typedef struct hw_rawname {
     uint64_t hash;
@@ -71,21 +61,6 @@ hw_tb_lines(hw_traceback_t *tb)
 {
     return (int32_t *)&tb->frames[tb->nframe];
 }
-
-typedef struct {
-    hw_frame_t *frames; /* local or heap */
-    int nframe;
-    uint16_t total_nframe;
-    int foreign;
-    hw_frame_t local[HW_CAPTURE_LOCAL];
-} hw_capture_t;
-
-/* Walks the calling thread's frames (tstate may be NULL: no frames).  Code
- * pointers are borrowed; they stay valid while the calling thread is inside
- * the hook, since the frames naming them are its own.  Returns 0, or -1 when
- * a heap buffer for more than HW_CAPTURE_LOCAL frames cannot be had. */
-int hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe);
-void hw_capture_release(hw_capture_t *cap);
 
 int hw_tb_init_unlocked(void);
 /* Drops every traceback, whatever its counts (clear_traces, stop). */

@@ -1,0 +1,394 @@
+#include "capture.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "mem.h"
+#include "sync.h"
+
+/* Deeper stacks are walked frame by frame, without a memo. */
+#define MEMO_MAX_DEPTH (1u << 16)
+#define MEMO_MIN_CAP 64u
+
+typedef struct memo {
+    /* Outermost frame first.  Entries [0, written) were filled by some walk;
+     * those past the current stack's depth are stale, and harmless: an entry
+     * is trusted only once the live chain has reached it. */
+    hw_pyframe_t **chain;
+    hw_pyframe_t **scratch; /* frames walked by the current capture, innermost first */
+    uint32_t *index;        /* hash of a frame address -> position + 1, 0 when empty */
+    uint32_t cap;           /* entries of chain and of scratch; index has 2 * cap */
+    uint32_t written;
+    int index_shift;
+    struct memo *prev, *next; /* every thread's memo: hw_tables_lock */
+} memo_t;
+
+/* A thread's memo belongs to it alone.  MEMO_GONE once its thread-exit
+ * destructor ran: allocations made later by other destructors walk plainly
+ * rather than create a memo nobody would free. */
+static __thread memo_t *my_memo __attribute__((tls_model("initial-exec")));
+#define MEMO_GONE ((memo_t *)1)
+
+/* Every live memo, so that a forked child can free those of the threads it
+ * does not have; hw_tables_lock. */
+static memo_t *all_memos;
+/* Its destructor frees a thread's memo at thread exit.  Set once at import,
+ * with the GIL. */
+static pthread_key_t memo_key;
+static int memo_key_ready;
+
+/* The index has 2 * cap slots, cap a power of two. */
+static int
+index_shift(uint32_t cap)
+{
+    int bits = 1;
+    while (((uint32_t)1 << (bits - 1)) < cap) {
+        bits++;
+    }
+    return 64 - bits;
+}
+
+static inline uint32_t
+memo_slot(const memo_t *memo, const hw_pyframe_t *frame)
+{
+    return (uint32_t)(((uint64_t)(uintptr_t)frame * UINT64_C(0x9E3779B97F4A7C15)) >>
+                      memo->index_shift);
+}
+
+static inline void
+memo_note(memo_t *memo, uint32_t pos)
+{
+    memo->index[memo_slot(memo, memo->chain[pos])] = pos + 1;
+}
+
+/* The position of frame in the chain, if the index knows it.  A direct-mapped
+ * index: a collision only costs a frame that is walked instead of verified. */
+static inline int
+memo_find(const memo_t *memo, const hw_pyframe_t *frame, uint32_t *pos)
+{
+    uint32_t entry = memo->index[memo_slot(memo, frame)];
+    if (entry == 0 || entry > memo->written || memo->chain[entry - 1] != frame) {
+        return 0;
+    }
+    *pos = entry - 1;
+    return 1;
+}
+
+static void
+memo_free(memo_t *memo)
+{
+    hw_free(HW_MEM_TRACER, memo->chain);
+    hw_free(HW_MEM_TRACER, memo->scratch);
+    hw_free(HW_MEM_TRACER, memo->index);
+    hw_free(HW_MEM_TRACER, memo);
+}
+
+/* Room for need frames.  Returns -1 past MEMO_MAX_DEPTH or out of memory,
+ * the memo unchanged but for larger arrays. */
+static int
+memo_reserve(memo_t *memo, uint32_t need)
+{
+    if (need <= memo->cap) {
+        return 0;
+    }
+    if (need > MEMO_MAX_DEPTH) {
+        return -1;
+    }
+    uint32_t cap = memo->cap;
+    while (cap < need) {
+        cap *= 2;
+    }
+    hw_pyframe_t **chain = hw_realloc(HW_MEM_TRACER, memo->chain, cap * sizeof(*chain));
+    if (chain == NULL) {
+        return -1;
+    }
+    memo->chain = chain;
+    hw_pyframe_t **scratch = hw_realloc(HW_MEM_TRACER, memo->scratch, cap * sizeof(*scratch));
+    if (scratch == NULL) {
+        return -1;
+    }
+    memo->scratch = scratch;
+    uint32_t *index = hw_calloc(HW_MEM_TRACER, 2 * (size_t)cap, sizeof(*index));
+    if (index == NULL) {
+        return -1;
+    }
+    hw_free(HW_MEM_TRACER, memo->index);
+    memo->index = index;
+    memo->index_shift = index_shift(cap);
+    memo->cap = cap;
+    for (uint32_t pos = 0; pos < memo->written; pos++) {
+        memo_note(memo, pos);
+    }
+    return 0;
+}
+
+static memo_t *
+memo_create(void)
+{
+    memo_t *memo = hw_calloc(HW_MEM_TRACER, 1, sizeof(*memo));
+    if (memo == NULL) {
+        return NULL;
+    }
+    memo->cap = MEMO_MIN_CAP;
+    memo->chain = hw_malloc(HW_MEM_TRACER, MEMO_MIN_CAP * sizeof(*memo->chain));
+    memo->scratch = hw_malloc(HW_MEM_TRACER, MEMO_MIN_CAP * sizeof(*memo->scratch));
+    memo->index = hw_calloc(HW_MEM_TRACER, 2 * MEMO_MIN_CAP, sizeof(*memo->index));
+    memo->index_shift = index_shift(MEMO_MIN_CAP);
+    if (memo->chain == NULL || memo->scratch == NULL || memo->index == NULL ||
+        pthread_setspecific(memo_key, memo) != 0) {
+        memo_free(memo);
+        return NULL;
+    }
+    hw_lock();
+    memo->next = all_memos;
+    if (all_memos != NULL) {
+        all_memos->prev = memo;
+    }
+    all_memos = memo;
+    hw_unlock();
+    return memo;
+}
+
+static void
+memo_unlink_unlocked(memo_t *memo)
+{
+    if (memo->prev != NULL) {
+        memo->prev->next = memo->next;
+    }
+    else {
+        all_memos = memo->next;
+    }
+    if (memo->next != NULL) {
+        memo->next->prev = memo->prev;
+    }
+}
+
+static void
+memo_destroy(void *arg)
+{
+    memo_t *memo = arg;
+    my_memo = MEMO_GONE;
+    hw_lock();
+    memo_unlink_unlocked(memo);
+    hw_unlock();
+    memo_free(memo);
+}
+
+int
+hw_capture_init_once(void)
+{
+    if (memo_key_ready) {
+        return 0;
+    }
+    int err = pthread_key_create(&memo_key, memo_destroy);
+    if (err != 0) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    memo_key_ready = 1;
+    return 0;
+}
+
+void
+hw_capture_fork_child_unlocked(void)
+{
+    memo_t *memo = all_memos;
+    while (memo != NULL) {
+        memo_t *next = memo->next;
+        if (memo != my_memo) {
+            memo_unlink_unlocked(memo);
+            memo_free(memo);
+        }
+        memo = next;
+    }
+}
+
+/* Continues a capture down chain[depth - 1] (innermost) .. chain[0]: records
+ * (code, offset) of frames that count until max_nframe are recorded, and
+ * counts the rest. */
+static void
+capture_from_chain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *const *chain, uint32_t depth,
+                   int max_nframe)
+{
+    int n = cap->nframe;
+    uint32_t k = depth;
+    while (k > 0 && n < max_nframe) {
+        hw_pyframe_t *frame = chain[--k];
+        if (hw_frame_counts_below(frame)) {
+            PyCodeObject *code = hw_frame_code(frame);
+            cap->frames[n].key = (uintptr_t)code;
+            cap->frames[n].lasti = hw_frame_lasti(frame, code);
+            n++;
+            (*total)++;
+        }
+    }
+#if HW_EVERY_FRAME_COUNTS
+    *total += k;
+#else
+    while (k > 0) {
+        *total += (uint32_t)hw_frame_counts_below(chain[--k]);
+    }
+#endif
+    cap->nframe = n;
+}
+
+/* Continues a capture from top down with the memo, and leaves the live
+ * chain from top down in it.  Returns -1, having captured nothing more, when
+ * the memo cannot hold the stack: the caller walks plainly. */
+static int
+walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *top,
+               int max_nframe)
+{
+    /* Frames above the first one the memo knows. */
+    uint32_t nfresh = 0;
+    hw_pyframe_t *frame = top;
+    uint32_t pos = 0;
+    int hit = 0;
+    while (frame != NULL) {
+        if (memo_find(memo, frame, &pos)) {
+            hit = 1;
+            break;
+        }
+        if (nfresh == memo->cap && memo_reserve(memo, nfresh + 1) < 0) {
+            return -1;
+        }
+        memo->scratch[nfresh++] = frame;
+        frame = hw_frame_back(frame);
+    }
+    /* Verify the chain below the hit: chain[low..pos] are live. */
+    uint32_t low = 0;
+    uint32_t ntail = 0;
+    if (hit) {
+        hw_pyframe_t **chain = memo->chain;
+        hw_pyframe_t *cur = chain[pos];
+        low = pos;
+        while (low > 0) {
+            hw_pyframe_t *below = chain[low - 1];
+            if (hw_frame_back(cur) != below) {
+                break;
+            }
+            cur = below;
+            low--;
+        }
+        /* The stack changed below chain[low] (or ends there now): walk the rest. */
+        for (frame = hw_frame_back(cur); frame != NULL; frame = hw_frame_back(frame)) {
+            if (nfresh + ntail == memo->cap && memo_reserve(memo, nfresh + ntail + 1) < 0) {
+                return -1;
+            }
+            memo->scratch[nfresh + ntail++] = frame;
+        }
+    }
+    uint32_t kept = hit ? pos - low + 1 : 0;
+    uint32_t depth = ntail + kept + nfresh;
+    if (memo_reserve(memo, depth) < 0) {
+        return -1;
+    }
+    hw_pyframe_t **chain = memo->chain;
+    if (ntail != low) {
+        memmove(&chain[ntail], &chain[low], kept * sizeof(*chain));
+        for (uint32_t p = ntail; p < ntail + kept; p++) {
+            memo_note(memo, p);
+        }
+    }
+    for (uint32_t p = 0; p < ntail; p++) {
+        chain[p] = memo->scratch[nfresh + ntail - 1 - p];
+        memo_note(memo, p);
+    }
+    for (uint32_t p = ntail + kept; p < depth; p++) {
+        chain[p] = memo->scratch[depth - 1 - p];
+        memo_note(memo, p);
+    }
+    if (depth > memo->written) {
+        memo->written = depth;
+    }
+    capture_from_chain(cap, total, chain, depth, max_nframe);
+    return 0;
+}
+
+/* Continues a capture from frame down, following the links: at most
+ * max_steps frames if max_steps is not 0.  Returns where it stopped. */
+static hw_pyframe_t *
+walk_plain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *frame, int max_nframe,
+           uint32_t max_steps)
+{
+    int n = cap->nframe;
+    uint32_t steps = 0;
+    for (; frame != NULL && n < max_nframe; frame = hw_frame_back(frame), steps++) {
+        if (steps == max_steps && max_steps != 0) {
+            cap->nframe = n;
+            return frame;
+        }
+        if (!hw_frame_counts_below(frame)) {
+            continue;
+        }
+        PyCodeObject *code = hw_frame_code(frame);
+        cap->frames[n].key = (uintptr_t)code;
+        cap->frames[n].lasti = hw_frame_lasti(frame, code);
+        n++;
+        (*total)++;
+    }
+    cap->nframe = n;
+    for (; frame != NULL; frame = hw_frame_back(frame), steps++) {
+        if (steps == max_steps && max_steps != 0) {
+            return frame;
+        }
+        *total += (uint32_t)hw_frame_counts_below(frame);
+    }
+    return NULL;
+}
+
+/* Frames walked link by link before the memo takes over: on shallow stacks
+ * the walk costs less than the memo's lookup and bookkeeping. */
+#define PLAIN_STEPS 12
+
+int
+hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe)
+{
+    cap->frames = cap->local;
+    cap->nframe = 0;
+    cap->total_nframe = 0;
+    cap->foreign = foreign;
+    if (max_nframe > HW_CAPTURE_LOCAL) {
+        cap->frames = hw_malloc(HW_MEM_TRACER, sizeof(hw_frame_t) * (size_t)max_nframe);
+        if (cap->frames == NULL) {
+            cap->frames = cap->local;
+            return -1;
+        }
+    }
+    if (tstate == NULL) {
+        return 0;
+    }
+    /* Only the innermost frames can be incomplete (still being set up); the
+     * stdlib skips them. */
+    hw_pyframe_t *frame = hw_frame_top(tstate);
+    while (frame != NULL && hw_frame_code_if_complete(frame) == NULL) {
+        frame = hw_frame_back(frame);
+    }
+    if (frame == NULL) {
+        return 0;
+    }
+    uint32_t total = 0;
+    frame = walk_plain(cap, &total, frame, max_nframe, PLAIN_STEPS);
+    if (frame != NULL) {
+        memo_t *memo = my_memo;
+        if (HW_UNLIKELY(memo == NULL) && memo_key_ready) {
+            memo = my_memo = memo_create();
+        }
+        if (memo == NULL || memo == MEMO_GONE ||
+            walk_with_memo(memo, cap, &total, frame, max_nframe) < 0) {
+            walk_plain(cap, &total, frame, max_nframe, 0);
+        }
+    }
+    cap->total_nframe = (uint16_t)(total > UINT16_MAX ? UINT16_MAX : total);
+    return 0;
+}
+
+void
+hw_capture_release(hw_capture_t *cap)
+{
+    if (cap->frames != cap->local) {
+        hw_free(HW_MEM_TRACER, cap->frames);
+        cap->frames = cap->local;
+    }
+}

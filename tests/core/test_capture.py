@@ -1,0 +1,183 @@
+"""total_nframe through the per-thread stack memo (agent/csrc/capture.c).
+
+The memo verifies the chain it saw last instead of walking it, so every way a
+stack can change between two allocations must still give the real depth:
+deeper, shallower, the same depth through other frames, generators resumed
+from elsewhere, frames of other sizes at the same addresses, other threads.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Callable, Generator, Iterator
+from types import ModuleType
+
+# The expected depth of each allocation, keyed by its size: unique among the
+# allocations made on Recorder.alloc's line (the bytearray objects themselves
+# take 56 bytes there: sizes start above that).
+Expected = dict[int, int]
+
+
+def _depth(frame: object) -> int:
+    depth = 0
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back  # type: ignore[attr-defined]
+    return depth
+
+
+class Recorder:
+    """Allocates bytearrays of unique sizes and notes the depth of each."""
+
+    def __init__(self, start: int) -> None:
+        self.size = start
+        self.expected: Expected = {}
+        self.kept: list[bytearray] = []
+
+    def alloc(self) -> None:
+        self.size += 1
+        self.expected[self.size + 1] = _depth(sys._getframe())  # bytearray adds 1 byte
+        block = bytearray(self.size)  # ALLOC
+        self.kept.append(block)
+
+
+ALLOC_LINE = Recorder.alloc.__code__.co_firstlineno + 3
+
+
+# Step functions of different frame sizes, so that frames of one chain land
+# at addresses where another chain had other frames.
+def _small(rec: Recorder, path: list[int], i: int) -> None:
+    _step(rec, path, i + 1)
+
+
+def _medium(rec: Recorder, path: list[int], i: int) -> None:
+    a = b = c = d = i
+    _step(rec, path, a + b + c + d - 3 * i + 1)
+
+
+def _large(rec: Recorder, path: list[int], i: int) -> None:
+    a = b = c = d = e = f = g = h = j = k = l = m = i  # noqa: E741
+    _step(rec, path, a + b + c + d + e + f + g + h + j + k + l + m - 11 * i + 1)
+
+
+def _generator(rec: Recorder) -> Iterator[None]:
+    while True:
+        rec.alloc()
+        yield
+
+
+STEPS: tuple[Callable[[Recorder, list[int], int], None], ...] = (_small, _medium, _large)
+
+
+def _step(rec: Recorder, path: list[int], i: int) -> None:
+    if i == len(path):
+        rec.alloc()
+        return
+    if path[i] == 3:
+        gen = _GENERATORS[rec]
+        next(gen)  # resumed here, at this depth; allocates inside the generator
+        _step(rec, path, i + 1)
+        return
+    if path[i] == 4:
+        rec.alloc()  # allocations on the way down too
+        _step(rec, path, i + 1)
+        return
+    STEPS[path[i]](rec, path, i)
+
+
+_GENERATORS: dict[Recorder, Generator[None, None, None]] = {}
+
+
+def _run_paths(rec: Recorder, seed: int, count: int, max_depth: int) -> None:
+    rng = random.Random(seed)
+    _GENERATORS[rec] = _generator(rec)
+    try:
+        for _ in range(count):
+            depth = rng.choice((0, 1, 5, 11, 12, 13, 30, 64, 65, rng.randrange(max_depth)))
+            path = [rng.choice((0, 0, 1, 2, 3, 4)) for _ in range(depth)]
+            _step(rec, path, 0)
+    finally:
+        del _GENERATORS[rec]
+
+
+def _check(core: ModuleType, expected: Expected) -> None:
+    snapshot = core.take_snapshot()
+    site = (__file__, ALLOC_LINE)
+    totals = {
+        size: total
+        for _d, size, frames, total in snapshot.traces()
+        if frames[0] == site and size in expected
+    }
+    assert totals.keys() == expected.keys()
+    wrong = {size: (totals[size], depth) for size, depth in expected.items() if totals[size] != depth}
+    assert not wrong, f"(traced, real) depths differ for {len(wrong)} allocations: {wrong}"
+
+
+def test_total_nframe_is_exact_however_the_stack_changes(core: ModuleType) -> None:
+    core.start(1)
+    rec = Recorder(100)
+    _run_paths(rec, seed=1, count=300, max_depth=300)
+    _check(core, rec.expected)
+
+
+def test_total_nframe_is_exact_with_many_captured_frames(core: ModuleType) -> None:
+    core.start(30)
+    rec = Recorder(100)
+    _run_paths(rec, seed=2, count=300, max_depth=120)
+    _check(core, rec.expected)
+
+
+def test_total_nframe_is_exact_past_the_memo_growth(core: ModuleType) -> None:
+    """Stacks deeper than any memo held so far, then shallow, then deep again."""
+    core.start(1)
+    rec = Recorder(100)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 3000))
+    try:
+        for depth in (20, 600, 3, 600, 300, 1200, 70, 1200):
+            _step(rec, [0] * depth, 0)
+    finally:
+        sys.setrecursionlimit(limit)
+    _check(core, rec.expected)
+
+
+def test_each_thread_has_its_own_memo(core: ModuleType) -> None:
+    core.start(1)
+    recorders = [Recorder(100 + 10_000 * i) for i in range(4)]
+    threads = [
+        threading.Thread(target=_run_paths, args=(rec, 10 + i, 100, 150))
+        for i, rec in enumerate(recorders)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expected: Expected = {}
+    for rec in recorders:
+        expected.update(rec.expected)
+    _check(core, expected)
+
+
+def test_short_lived_threads_leave_no_memo_behind(core: ModuleType) -> None:
+    """A thread's memo is freed when the thread exits."""
+    core.start(1)
+
+    def deep_alloc() -> None:
+        _step(Recorder(100), [0] * 40, 0)
+
+    def run_threads() -> None:
+        for _ in range(20):
+            thread = threading.Thread(target=deep_alloc)
+            thread.start()
+            thread.join()
+
+    run_threads()  # the first round creates what stays (interned code, tables)
+    core.clear_traces()
+    core.drain()
+    before = core.get_tracemalloc_memory()
+    run_threads()
+    core.clear_traces()
+    core.drain()
+    assert core.get_tracemalloc_memory() - before < 4096
