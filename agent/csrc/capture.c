@@ -85,12 +85,18 @@ memo_free(memo_t *memo)
 
 /* Room for need frames.  Returns -1 past MEMO_MAX_DEPTH or out of memory,
  * the memo unchanged but for larger arrays. */
-static int
+static HW_COLD int
+memo_reserve_slow(memo_t *memo, uint32_t need);
+
+static inline int
 memo_reserve(memo_t *memo, uint32_t need)
 {
-    if (need <= memo->cap) {
-        return 0;
-    }
+    return need <= memo->cap ? 0 : memo_reserve_slow(memo, need);
+}
+
+static HW_COLD int
+memo_reserve_slow(memo_t *memo, uint32_t need)
+{
     if (need > MEMO_MAX_DEPTH) {
         return -1;
     }
@@ -122,7 +128,7 @@ memo_reserve(memo_t *memo, uint32_t need)
     return 0;
 }
 
-static memo_t *
+static HW_COLD memo_t *
 memo_create(void)
 {
     memo_t *memo = hw_calloc(HW_MEM_TRACER, 1, sizeof(*memo));
@@ -236,7 +242,7 @@ capture_from_chain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *const *chai
 /* Continues a capture from top down with the memo, and leaves the live
  * chain from top down in it.  Returns -1, having captured nothing more, when
  * the memo cannot hold the stack: the caller walks plainly. */
-static int
+static __attribute__((noinline)) int
 walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *top,
                int max_nframe)
 {

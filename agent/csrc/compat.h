@@ -48,6 +48,9 @@ Py_NewRef(PyObject *obj)
 }
 #endif
 
+/* Paths the hooks rarely take stay out of line, so that the hot paths
+ * (flattened: see hooks.c) keep their registers and their code small. */
+#define HW_COLD __attribute__((noinline, cold))
 #define HW_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HW_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

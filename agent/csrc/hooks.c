@@ -45,11 +45,10 @@ drain_pending_call(void *arg)
 
 /* GIL held, hw_tables_lock not held.  Py_AddPendingCall neither allocates
  * nor runs Python code; the drain runs later at a safe point. */
-static void
-maybe_queue_drain(size_t graveyard_len)
+static HW_COLD void
+queue_drain(void)
 {
-    if (graveyard_len < GRAVEYARD_DRAIN_AT ||
-        !(hw_load_int(&hw_tracer.hook_state) & HW_STATE_RECORDING)) {
+    if (!(hw_load_int(&hw_tracer.hook_state) & HW_STATE_RECORDING)) {
         return;
     }
     if (__atomic_exchange_n(&drain_queued, 1, __ATOMIC_RELAXED)) {
@@ -57,6 +56,14 @@ maybe_queue_drain(size_t graveyard_len)
     }
     if (Py_AddPendingCall(drain_pending_call, NULL) != 0) {
         __atomic_store_n(&drain_queued, 0, __ATOMIC_RELAXED);
+    }
+}
+
+static inline void
+maybe_queue_drain(size_t graveyard_len)
+{
+    if (HW_UNLIKELY(graveyard_len >= GRAVEYARD_DRAIN_AT)) {
+        queue_drain();
     }
 }
 
@@ -78,7 +85,6 @@ static void
 record_block(void *ptr, size_t size, int gil_domain)
 {
     uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
-    hw_traces_prefetch(&hw_tracer.traces, (uintptr_t)ptr);
     hw_capture_t cap;
     if (capture_caller(&cap, gil_domain) < 0) {
         hw_count_dropped();
@@ -86,7 +92,7 @@ record_block(void *ptr, size_t size, int gil_domain)
     }
     hw_lock();
     if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
-        hw_add_trace_unlocked(0, (uintptr_t)ptr, size, &cap);
+        hw_record_unlocked((uintptr_t)ptr, size, &cap);
     }
     size_t dead = hw_graveyard_len_unlocked();
     hw_unlock();
@@ -97,14 +103,17 @@ record_block(void *ptr, size_t size, int gil_domain)
 }
 
 /* Whether ptr may have a trace, without the lock.  In sample mode a clear
- * filter bit proves it has none; in exact mode only an empty table does. */
+ * filter bit proves it has none; in exact mode only an empty table with no
+ * insert queued does.  (A free follows its malloc's return, so it sees what
+ * the malloc's hook stored.) */
 static inline int
 maybe_traced(int state, const void *ptr)
 {
     if (state & HW_STATE_SAMPLE) {
         return hw_filter_maybe(ptr);
     }
-    return __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED) != 0 ||
+           __atomic_load_n(&hw_tracer.npending, __ATOMIC_RELAXED) != 0;
 }
 
 /* Whether a new block of size bytes is to be recorded. */
@@ -144,8 +153,10 @@ hook_leave(hw_tls_t *tls, uint32_t fast)
     tls->fast = fast;
 }
 
-/* Out of line, so that the fast paths of the hooks save no registers. */
-static __attribute__((noinline)) void *
+/* Out of line, so that the fast paths of the hooks save no registers;
+ * flattened, so that the traced path is one function with every helper
+ * inlined but the rare ones (HW_COLD). */
+static __attribute__((noinline, flatten)) void *
 alloc_flagged(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem, size_t elsize,
               int record, int gil_domain)
 {
@@ -239,10 +250,10 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
         int add = captured && hw_tracer.epoch == epoch;
         /* Resized in place: adding replaces the old trace in one probe. */
         if (was_traced && !(add && ptr2 == ptr)) {
-            hw_remove_trace_unlocked(0, (uintptr_t)ptr);
+            hw_forget_unlocked((uintptr_t)ptr);
         }
         if (add) {
-            hw_add_trace_unlocked(0, (uintptr_t)ptr2, size, &cap);
+            hw_record_unlocked((uintptr_t)ptr2, size, &cap);
         }
     }
     size_t dead = hw_graveyard_len_unlocked();
@@ -314,7 +325,7 @@ forget_block(void *ptr, int gil_domain)
      * traced by another thread. */
     hw_lock();
     if (hw_tracer.tracing) {
-        hw_remove_trace_unlocked(0, (uintptr_t)ptr);
+        hw_forget_unlocked((uintptr_t)ptr);
     }
     size_t dead = hw_graveyard_len_unlocked();
     hw_unlock();
@@ -323,10 +334,9 @@ forget_block(void *ptr, int gil_domain)
     }
 }
 
-static __attribute__((noinline)) void
+static __attribute__((noinline, flatten)) void
 free_traced(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_domain)
 {
-    hw_traces_prefetch(&hw_tracer.traces, (uintptr_t)ptr);
     forget_block(ptr, gil_domain);
     uint32_t fast = hook_enter(tls);
     a->free(a->ctx, ptr);

@@ -21,7 +21,7 @@ account(hw_mem_category_t cat, void *ptr, int sign)
     }
 }
 
-void *
+__attribute__((noinline)) void *
 hw_malloc(hw_mem_category_t cat, size_t size)
 {
     void *ptr = malloc(size ? size : 1);
@@ -31,7 +31,7 @@ hw_malloc(hw_mem_category_t cat, size_t size)
     return ptr;
 }
 
-void *
+__attribute__((noinline)) void *
 hw_calloc(hw_mem_category_t cat, size_t nelem, size_t elsize)
 {
     void *ptr = calloc(nelem ? nelem : 1, elsize ? elsize : 1);
@@ -41,7 +41,7 @@ hw_calloc(hw_mem_category_t cat, size_t nelem, size_t elsize)
     return ptr;
 }
 
-void *
+__attribute__((noinline)) void *
 hw_calloc_huge(hw_mem_category_t cat, size_t nelem, size_t elsize)
 {
     const size_t huge = (size_t)2 << 20;
@@ -64,7 +64,7 @@ hw_calloc_huge(hw_mem_category_t cat, size_t nelem, size_t elsize)
     return ptr;
 }
 
-void *
+__attribute__((noinline)) void *
 hw_realloc(hw_mem_category_t cat, void *ptr, size_t size)
 {
     if (ptr == NULL) {
@@ -80,7 +80,7 @@ hw_realloc(hw_mem_category_t cat, void *ptr, size_t size)
     return ptr2;
 }
 
-void
+__attribute__((noinline)) void
 hw_free(hw_mem_category_t cat, void *ptr)
 {
     if (ptr == NULL) {

@@ -551,6 +551,7 @@ core_get_object_traceback(PyObject *module, PyObject *obj)
     uintptr_t ptr = (uintptr_t)hw_object_block(obj);
     hw_traceback_t *tb = NULL;
     hw_lock();
+    hw_flush_unlocked();
     hw_trace_t trace;
     if (hw_tracer.tracing && hw_traces_get_unlocked(&hw_tracer.traces, ptr, &trace)) {
         tb = hw_tb_by_id_unlocked(trace.tb);
@@ -763,6 +764,7 @@ core_check_invariants(PyObject *module, PyObject *unused)
     if (!hw_tracer.tracing) {
         goto done;
     }
+    hw_flush_unlocked();
     uint64_t entries = hw_tracer.traces.count;
     problem = check_table_unlocked(&hw_tracer.traces, 0, counts, sizes, count_fps, bound);
     for (size_t d = 0; problem == NULL && d < hw_tracer.ndomains; d++) {
@@ -785,6 +787,10 @@ core_check_invariants(PyObject *module, PyObject *unused)
         }
         if (tb->ntraces != counts[id] || tb->size != sizes[id] || tb->count_fp != count_fps[id]) {
             problem = "a traceback's sums differ from its traces";
+            goto done;
+        }
+        if (tb->pending != 0) {
+            problem = "a traceback counts queued inserts after the queue was applied";
             goto done;
         }
         if ((tb->ntraces == 0 && tb->pins == 0) != (tb->idle != 0)) {

@@ -151,6 +151,7 @@ static int
 take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t local_len,
               size_t tb_room, size_t trace_room)
 {
+    hw_flush_unlocked();
     uint32_t bound = hw_tb_id_bound_unlocked();
     if (bound > local_len) {
         return -1;

@@ -140,7 +140,7 @@ drop_uncounted_names_unlocked(const hw_frame_t *frames, int n)
 
 /* Rewrites foreign code frames as (raw name, line).  Returns -1 when out of
  * memory, after dropping the names it created. */
-static int
+static HW_COLD int
 foreign_to_raw_unlocked(hw_capture_t *cap)
 {
     for (int i = 0; i < cap->nframe; i++) {
@@ -170,31 +170,49 @@ rotl64(uint64_t x, int r)
     return (x << r) | (x >> (64 - r));
 }
 
-/* Four independent multiply chains: one chain made hashing 25 frames a
- * sixth of the deep_stack benchmark at nframe 25.  Code pointers use the low
- * 47 bits, so the offset goes above them.  The final mix spreads the high
- * bits into the low ones that pick a slot. */
-static uint64_t
+static inline uint64_t
+frame_word(const hw_frame_t *frame)
+{
+    /* Code pointers use the low 47 bits: the offset goes above them. */
+    return frame->key + ((uint64_t)frame->lasti << 47);
+}
+
+/* Spreads the high bits into the low ones, which pick a slot. */
+static inline uint64_t
+hash_finish(uint64_t h)
+{
+    h ^= h >> 29;
+    h *= UINT64_C(0xFF51AFD7ED558CCD);
+    return h ^ (h >> 32);
+}
+
+/* One multiply per frame, in four independent chains: a single chain made
+ * hashing 25 frames a sixth of the deep_stack benchmark at nframe 25.  One
+ * frame (the default nframe) takes the short way. */
+static inline uint64_t
 hash_frames(const tb_key_t *key)
 {
     const uint64_t mul = UINT64_C(0xFF51AFD7ED558CCD);
-    uint64_t lane[4] = {
-        UINT64_C(0x9E3779B97F4A7C15) ^ ((uint64_t)key->domain << 32) ^
-            ((uint64_t)key->nframe << 16) ^ key->total_nframe,
-        UINT64_C(0xC2B2AE3D27D4EB4F),
-        UINT64_C(0x165667B19E3779F9),
-        UINT64_C(0x27D4EB2F165667C5),
-    };
     const hw_frame_t *frames = key->frames;
-    for (int i = 0; i < key->nframe; i++) {
-        uint64_t word = frames[i].key + ((uint64_t)frames[i].lasti << 47);
-        lane[i & 3] = (lane[i & 3] ^ word) * mul;
+    uint64_t h0 = UINT64_C(0x9E3779B97F4A7C15) ^ ((uint64_t)key->domain << 32) ^
+                  ((uint64_t)key->nframe << 16) ^ key->total_nframe;
+    if (key->nframe == 1) {
+        return hash_finish((h0 ^ frame_word(&frames[0])) * mul);
     }
-    uint64_t h = lane[0] ^ rotl64(lane[1], 16) ^ rotl64(lane[2], 32) ^ rotl64(lane[3], 48);
-    h ^= h >> 29;
-    h *= mul;
-    h ^= h >> 32;
-    return h;
+    uint64_t h1 = UINT64_C(0xC2B2AE3D27D4EB4F);
+    uint64_t h2 = UINT64_C(0x165667B19E3779F9);
+    uint64_t h3 = UINT64_C(0x27D4EB2F165667C5);
+    int i = 0;
+    for (; i + 4 <= key->nframe; i += 4) {
+        h0 = (h0 ^ frame_word(&frames[i])) * mul;
+        h1 = (h1 ^ frame_word(&frames[i + 1])) * mul;
+        h2 = (h2 ^ frame_word(&frames[i + 2])) * mul;
+        h3 = (h3 ^ frame_word(&frames[i + 3])) * mul;
+    }
+    for (; i < key->nframe; i++) {
+        h0 = (h0 ^ frame_word(&frames[i])) * mul;
+    }
+    return hash_finish(h0 ^ rotl64(h1, 16) ^ rotl64(h2, 32) ^ rotl64(h3, 48));
 }
 
 static int
@@ -251,7 +269,7 @@ hw_tb_init_unlocked(void)
     return 0;
 }
 
-static int
+static HW_COLD int
 graveyard_push_unlocked(PyObject *obj)
 {
     if (graveyard_len == graveyard_cap) {
@@ -322,7 +340,7 @@ hw_tb_count_unlocked(void)
 
 /* Frees a traceback: its code references go to the graveyard.  Detached
  * tracebacks (id 0, see hw_tb_clear_unlocked) own no id any more. */
-static void
+static HW_COLD void
 tb_free_unlocked(hw_traceback_t *tb)
 {
     for (int i = 0; i < tb->nframe; i++) {
@@ -342,8 +360,53 @@ tb_free_unlocked(hw_traceback_t *tb)
     hw_free(HW_MEM_TRACER, tb);
 }
 
-hw_traceback_t *
-hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
+/* Interns a traceback seen for the first time.  Returns NULL when out of
+ * memory. */
+static HW_COLD hw_traceback_t *
+tb_create_unlocked(const tb_key_t *key, uint64_t hash)
+{
+    hw_traceback_t *tb = hw_malloc(HW_MEM_TRACER, sizeof(hw_traceback_t) +
+                                                      (sizeof(hw_frame_t) + sizeof(int32_t)) *
+                                                          (size_t)key->nframe);
+    if (tb == NULL) {
+        return NULL;
+    }
+    memset(tb, 0, sizeof(*tb));
+    tb->hash = hash;
+    tb->domain = key->domain;
+    tb->nframe = (uint16_t)key->nframe;
+    tb->total_nframe = key->total_nframe;
+    memcpy(tb->frames, key->frames, sizeof(hw_frame_t) * (size_t)key->nframe);
+    for (int i = 0; i < key->nframe; i++) {
+        hw_tb_lines(tb)[i] = -1;
+    }
+    if (id_alloc_unlocked(&tb->id) < 0) {
+        hw_free(HW_MEM_TRACER, tb);
+        return NULL;
+    }
+    if (hw_pset_add(&tb_set, tb) < 0) {
+        id_free_unlocked(tb->id);
+        hw_free(HW_MEM_TRACER, tb);
+        return NULL;
+    }
+    tb_ids[tb->id] = tb;
+    for (int i = 0; i < tb->nframe; i++) {
+        hw_frame_t *frame = &tb->frames[i];
+        if (frame_is_raw(frame)) {
+            frame_name(frame)->refcnt++;
+        }
+        else if (frame->key != 0) {
+            /* Captured with the GIL held (foreign frames are raw by now). */
+            Py_INCREF((PyObject *)frame->key);
+        }
+    }
+    return tb;
+}
+
+/* The rare parts of interning: a capture without frames or without the
+ * GIL, the first traceback ever. */
+static HW_COLD hw_traceback_t *
+intern_slow_unlocked(uint32_t domain, hw_capture_t *cap)
 {
     static const hw_frame_t unknown = {0, 0};
     tb_key_t key;
@@ -362,64 +425,45 @@ hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
         key.nframe = cap->nframe;
         key.total_nframe = cap->total_nframe;
     }
-    if (!initialized && hw_tb_init_unlocked() < 0) {
-        goto fail;
-    }
-    uint64_t hash = hash_frames(&key);
-    hw_traceback_t *tb = tb_find_unlocked(hash, &key);
-    if (tb != NULL) {
-        if (tb->idle) {
+    hw_traceback_t *tb = NULL;
+    if (initialized || hw_tb_init_unlocked() == 0) {
+        uint64_t hash = hash_frames(&key);
+        tb = tb_find_unlocked(hash, &key);
+        if (tb == NULL) {
+            tb = tb_create_unlocked(&key, hash);
+        }
+        else if (tb->idle) {
             tb->idle = 0;
             idle_count--;
         }
-        return tb;
     }
-
-    tb = hw_malloc(HW_MEM_TRACER, sizeof(hw_traceback_t) +
-                                      (sizeof(hw_frame_t) + sizeof(int32_t)) * (size_t)key.nframe);
-    if (tb == NULL) {
-        goto fail;
-    }
-    memset(tb, 0, sizeof(*tb));
-    tb->hash = hash;
-    tb->domain = domain;
-    tb->nframe = (uint16_t)key.nframe;
-    tb->total_nframe = key.total_nframe;
-    memcpy(tb->frames, key.frames, sizeof(hw_frame_t) * (size_t)key.nframe);
-    for (int i = 0; i < key.nframe; i++) {
-        hw_tb_lines(tb)[i] = -1;
-    }
-    if (id_alloc_unlocked(&tb->id) < 0) {
-        hw_free(HW_MEM_TRACER, tb);
-        goto fail;
-    }
-    if (hw_pset_add(&tb_set, tb) < 0) {
-        id_free_unlocked(tb->id);
-        hw_free(HW_MEM_TRACER, tb);
-        goto fail;
-    }
-    tb_ids[tb->id] = tb;
-    for (int i = 0; i < tb->nframe; i++) {
-        hw_frame_t *frame = &tb->frames[i];
-        if (frame_is_raw(frame)) {
-            frame_name(frame)->refcnt++;
-        }
-        else if (frame->key != 0) {
-            /* Captured with the GIL held (foreign frames are raw by now). */
-            Py_INCREF((PyObject *)frame->key);
-        }
-    }
-    return tb;
-
-fail:
-    if (cap->foreign) {
+    if (tb == NULL && cap->foreign) {
         for (int i = 0; i < cap->nframe; i++) {
             if (frame_is_raw(&cap->frames[i])) {
                 name_drop_if_unused_unlocked(frame_name(&cap->frames[i]));
             }
         }
     }
-    return NULL;
+    return tb;
+}
+
+hw_traceback_t *
+hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
+{
+    if (HW_UNLIKELY(cap->nframe == 0 || cap->foreign || !initialized)) {
+        return intern_slow_unlocked(domain, cap);
+    }
+    tb_key_t key = {domain, cap->nframe, cap->total_nframe, cap->frames};
+    uint64_t hash = hash_frames(&key);
+    hw_traceback_t *tb = tb_find_unlocked(hash, &key);
+    if (HW_UNLIKELY(tb == NULL)) {
+        return tb_create_unlocked(&key, hash);
+    }
+    if (tb->idle) {
+        tb->idle = 0;
+        idle_count--;
+    }
+    return tb;
 }
 
 static void
@@ -429,7 +473,7 @@ tb_unintern_unlocked(hw_traceback_t *tb)
     tb_free_unlocked(tb);
 }
 
-void
+HW_COLD void
 hw_tb_sweep_unlocked(void)
 {
     if (idle_count == 0) {
@@ -447,7 +491,7 @@ hw_tb_sweep_unlocked(void)
 void
 hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
 {
-    if (tb->ntraces != 0 || tb->pins != 0 || tb->idle) {
+    if (tb->ntraces != 0 || tb->pins != 0 || tb->pending != 0 || tb->idle) {
         return;
     }
     if (tb->id == 0) {
@@ -479,6 +523,7 @@ hw_tb_clear_unlocked(void)
         if (tb->pins != 0) {
             tb->id = 0;
             tb->ntraces = 0;
+            tb->pending = 0; /* the queue was dropped first */
             tb->size = 0;
             tb->count_fp = 0;
         }

@@ -45,6 +45,7 @@ typedef struct hw_traceback {
     uint64_t count_fp; /* estimated number of those traces, in HW_COUNT_ONE units */
     uint32_t ntraces;  /* live traces referring to it */
     uint32_t pins;     /* snapshots referring to it */
+    uint32_t pending;  /* queued inserts naming it (tracer.h) */
     uint32_t id;       /* index in the id vector; what a trace slot stores */
     uint32_t domain;
     uint16_t nframe;
@@ -68,8 +69,8 @@ void hw_tb_clear_unlocked(void);
 /* Returns the interned traceback for a capture (created with ntraces = pins
  * = 0), or NULL when out of memory. */
 hw_traceback_t *hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap);
-/* Marks tb idle if neither traces nor snapshots refer to it any more (a
- * detached one is freed at once); sweeps when idle ones pile up. */
+/* Marks tb idle if neither traces, queued inserts nor snapshots refer to it
+ * any more (a detached one is freed at once); sweeps when idle ones pile up. */
 void hw_tb_release_if_unused_unlocked(hw_traceback_t *tb);
 /* Frees every idle traceback. */
 void hw_tb_sweep_unlocked(void);

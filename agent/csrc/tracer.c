@@ -24,7 +24,7 @@ cpu_relax(void)
 #endif
 }
 
-void
+__attribute__((noinline, cold)) void
 hw_lock_contended(void)
 {
     /* A short spin first: holders keep the lock for well under a
@@ -43,7 +43,7 @@ hw_lock_contended(void)
     }
 }
 
-void
+__attribute__((noinline, cold)) void
 hw_unlock_wake(void)
 {
     syscall(SYS_futex, &hw_tables_lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -125,7 +125,7 @@ hw_domain_table_unlocked(uint32_t domain, int create)
     return &entry->traces;
 }
 
-static void
+static inline void
 account_add_unlocked(hw_traceback_t *tb, size_t size)
 {
     uint64_t est, cnt;
@@ -137,7 +137,7 @@ account_add_unlocked(hw_traceback_t *tb, size_t size)
     hw_tracer.count_fp += cnt;
 }
 
-static void
+static inline void
 account_remove_unlocked(hw_traceback_t *tb, size_t size)
 {
     uint64_t est, cnt;
@@ -150,18 +150,24 @@ account_remove_unlocked(hw_traceback_t *tb, size_t size)
     hw_tb_release_if_unused_unlocked(tb);
 }
 
-void
-hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t *cap)
+/* Whether the sampled-block filter counts the traces of a table: the hooks'
+ * table in sample mode.  Its count for a block rises when the insert is
+ * queued, so that a free racing ahead of the queue still looks the block up. */
+static inline int
+filtered(uint32_t domain)
 {
-    hw_traces_t *table = hw_domain_table_unlocked(domain, 1);
-    hw_traceback_t *tb = table != NULL ? hw_tb_intern_unlocked(domain, cap) : NULL;
-    if (tb == NULL) {
-        hw_count_dropped();
-        return;
-    }
+    return domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE;
+}
+
+static void
+put_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr, size_t size, hw_traceback_t *tb)
+{
     hw_trace_t old;
     int res = hw_traces_put_unlocked(table, ptr, tb->id, size, &old);
     if (res < 0) {
+        if (filtered(domain)) {
+            hw_filter_add_unlocked(ptr, -1);
+        }
         hw_tb_release_if_unused_unlocked(tb);
         hw_count_dropped();
         return;
@@ -172,18 +178,145 @@ hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t 
     if (res == 1) {
         /* The block was traced already (a stale trace, or track() twice):
          * as the stdlib, the new trace replaces it. */
+        if (filtered(domain)) {
+            hw_filter_add_unlocked(ptr, -1);
+        }
         account_remove_unlocked(hw_tb_by_id_unlocked(old.tb), old.size);
     }
     else {
         hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces + 1);
-        if (domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE) {
-            hw_filter_add_unlocked(ptr, +1);
-        }
     }
     if (hw_tracer.traced > hw_tracer.peak) {
         hw_tracer.peak = hw_tracer.traced;
     }
     hw_store_counter(&hw_tracer.recorded, hw_tracer.recorded + 1);
+}
+
+static int
+pop_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr)
+{
+    hw_trace_t trace;
+    if (!hw_traces_pop_unlocked(table, ptr, &trace)) {
+        return 0;
+    }
+    hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces - 1);
+    if (filtered(domain)) {
+        hw_filter_add_unlocked(ptr, -1);
+    }
+    account_remove_unlocked(hw_tb_by_id_unlocked(trace.tb), trace.size);
+    return 1;
+}
+
+static void
+apply_oldest_unlocked(void)
+{
+    hw_pending_t op = hw_tracer.pending[hw_tracer.pending_head];
+    hw_tracer.pending_head = (hw_tracer.pending_head + 1) & (HW_PENDING - 1);
+    __atomic_store_n(&hw_tracer.npending, hw_tracer.npending - 1, __ATOMIC_RELAXED);
+    if (op.tb != NULL) {
+        op.tb->pending--;
+        put_unlocked(&hw_tracer.traces, 0, op.ptr, op.size, op.tb);
+    }
+    else {
+        (void)pop_unlocked(&hw_tracer.traces, 0, op.ptr);
+    }
+}
+
+/* Tables up to this many slots (1 MiB) stay in the caches: changes to them
+ * are applied at once, the queue would only cost. */
+#define QUEUE_FROM_SLOTS (1u << 16)
+
+/* Whether a change goes through the queue: the table is big, or changes
+ * already wait (they must apply first). */
+static inline int
+queued(void)
+{
+    return hw_tracer.npending != 0 || hw_tracer.traces.mask >= QUEUE_FROM_SLOTS;
+}
+
+static inline void
+queue_unlocked(uintptr_t ptr, hw_traceback_t *tb, size_t size)
+{
+    if (hw_tracer.npending == HW_PENDING) {
+        apply_oldest_unlocked();
+    }
+    hw_pending_t *op =
+        &hw_tracer.pending[(hw_tracer.pending_head + hw_tracer.npending) & (HW_PENDING - 1)];
+    op->ptr = ptr;
+    op->tb = tb;
+    op->size = size;
+    __atomic_store_n(&hw_tracer.npending, hw_tracer.npending + 1, __ATOMIC_RELAXED);
+    hw_traces_prefetch(&hw_tracer.traces, ptr);
+}
+
+void
+hw_record_unlocked(uintptr_t ptr, size_t size, hw_capture_t *cap)
+{
+    hw_traceback_t *tb = hw_tb_intern_unlocked(0, cap);
+    if (tb == NULL) {
+        hw_count_dropped();
+        return;
+    }
+    if (filtered(0)) {
+        hw_filter_add_unlocked(ptr, +1);
+    }
+    if (!queued()) {
+        put_unlocked(&hw_tracer.traces, 0, ptr, size, tb);
+        return;
+    }
+    tb->pending++;
+    queue_unlocked(ptr, tb, size);
+}
+
+void
+hw_forget_unlocked(uintptr_t ptr)
+{
+    if (!queued()) {
+        (void)pop_unlocked(&hw_tracer.traces, 0, ptr);
+        return;
+    }
+    queue_unlocked(ptr, NULL, 0);
+}
+
+void
+hw_flush_unlocked(void)
+{
+    while (hw_tracer.npending != 0) {
+        apply_oldest_unlocked();
+    }
+}
+
+static void
+discard_pending_unlocked(void)
+{
+    hw_tracer.pending_head = 0;
+    __atomic_store_n(&hw_tracer.npending, 0, __ATOMIC_RELAXED);
+}
+
+void
+hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t *cap)
+{
+    hw_flush_unlocked();
+    if (domain == 0) {
+        hw_record_unlocked(ptr, size, cap);
+        hw_flush_unlocked();
+        return;
+    }
+    hw_traces_t *table = hw_domain_table_unlocked(domain, 1);
+    hw_traceback_t *tb = table != NULL ? hw_tb_intern_unlocked(domain, cap) : NULL;
+    if (tb == NULL) {
+        hw_count_dropped();
+        return;
+    }
+    put_unlocked(table, domain, ptr, size, tb);
+}
+
+int
+hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr)
+{
+    hw_flush_unlocked();
+    hw_traces_t *table = hw_domain_table_unlocked(domain, 0);
+    return table != NULL && pop_unlocked(table, domain, ptr);
 }
 
 void
@@ -192,6 +325,7 @@ hw_housekeeping(void)
     hw_tb_release_orphans();
     hw_lock();
     if (tables_ready) {
+        hw_flush_unlocked();
         hw_traces_compact_unlocked(&hw_tracer.traces);
         for (size_t i = 0; i < hw_tracer.ndomains; i++) {
             hw_traces_compact_unlocked(&hw_tracer.domains[i].traces);
@@ -200,27 +334,12 @@ hw_housekeeping(void)
     hw_unlock();
 }
 
-int
-hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr)
-{
-    hw_traces_t *table = hw_domain_table_unlocked(domain, 0);
-    hw_trace_t trace;
-    if (table == NULL || !hw_traces_pop_unlocked(table, ptr, &trace)) {
-        return 0;
-    }
-    hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces - 1);
-    if (domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE) {
-        hw_filter_add_unlocked(ptr, -1);
-    }
-    account_remove_unlocked(hw_tb_by_id_unlocked(trace.tb), trace.size);
-    return 1;
-}
-
 /* Drops every trace and traceback; hw_tables_lock held.  Pinned tracebacks
  * survive for their snapshots. */
 static void
 reset_tables_unlocked(void)
 {
+    discard_pending_unlocked();
     if (tables_ready) {
         hw_traces_fini(&hw_tracer.traces);
         for (size_t i = 0; i < hw_tracer.ndomains; i++) {
@@ -325,6 +444,7 @@ void
 hw_reset_peak(void)
 {
     hw_lock();
+    hw_flush_unlocked();
     hw_tracer.peak = hw_tracer.traced;
     hw_unlock();
 }
@@ -333,6 +453,7 @@ void
 hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *count_fp)
 {
     hw_lock();
+    hw_flush_unlocked();
     *current = hw_tracer.traced;
     *peak = hw_tracer.peak;
     *count_fp = hw_tracer.count_fp;

@@ -76,14 +76,21 @@ probe(const hw_traces_t *t, uintptr_t ptr)
     return i;
 }
 
-static int
+static __attribute__((noinline)) int
 rehash(hw_traces_t *t, size_t capacity)
 {
     hw_traces_t fresh = *t;
     if (alloc_slots(&fresh, capacity) < 0) {
         return -1;
     }
-    for (size_t i = 0; i <= t->mask; i++) {
+    /* Each move lands at a random slot of a table that may be far bigger
+     * than the caches: prefetching a dozen moves ahead overlaps the misses. */
+    const size_t ahead = 16;
+    size_t n = t->mask + 1;
+    for (size_t i = 0; i < n; i++) {
+        if (i + ahead < n && t->slots[i + ahead].ptr != 0) {
+            __builtin_prefetch(&fresh.slots[home(&fresh, t->slots[i + ahead].ptr)], 1);
+        }
         if (t->slots[i].ptr != 0) {
             fresh.slots[probe(&fresh, t->slots[i].ptr)] = t->slots[i];
         }
@@ -176,7 +183,7 @@ pop_slot(hw_traces_t *t, uintptr_t ptr, hw_slot_t *out)
     return 1;
 }
 
-static size_t
+static __attribute__((noinline, cold)) size_t
 big_size(const hw_traces_t *t, uintptr_t ptr)
 {
     if (t->big != NULL) {
@@ -194,7 +201,7 @@ hw_traces_slot_size_unlocked(const hw_traces_t *t, const hw_slot_t *slot)
     return slot->size == HW_SIZE_BIG ? big_size(t, slot->ptr) : slot->size;
 }
 
-static void
+static __attribute__((noinline, cold)) void
 drop_big(hw_traces_t *t, uintptr_t ptr)
 {
     hw_slot_t unused;
@@ -222,37 +229,64 @@ set_big(hw_traces_t *t, uintptr_t ptr, size_t size)
                ? -1 : 0;
 }
 
-int
-hw_traces_put_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, hw_trace_t *old)
+/* A trace of 4 GiB or more: its size goes to the side table. */
+static __attribute__((noinline, cold)) int
+put_big(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, hw_trace_t *old)
 {
-    int is_big = size >= HW_SIZE_BIG;
     size_t i = probe(t, ptr);
     if (t->slots[i].ptr == ptr) {
         /* Replace: the slot exists, so only the side table can fail. */
         size_t old_size = hw_traces_slot_size_unlocked(t, &t->slots[i]);
-        if (is_big && set_big(t, ptr, size) < 0) {
+        if (set_big(t, ptr, size) < 0) {
             return -1;
-        }
-        if (!is_big && t->slots[i].size == HW_SIZE_BIG) {
-            drop_big(t, ptr);
         }
         old->ptr = ptr;
         old->tb = t->slots[i].tb;
         old->size = old_size;
         t->slots[i].tb = tb;
-        t->slots[i].size = is_big ? HW_SIZE_BIG : (uint32_t)size;
+        t->slots[i].size = HW_SIZE_BIG;
         return 1;
     }
-    if (is_big && set_big(t, ptr, size) < 0) {
+    if (set_big(t, ptr, size) < 0) {
         return -1;
     }
     hw_slot_t unused;
-    if (put_slot(t, ptr, tb, is_big ? HW_SIZE_BIG : (uint32_t)size, &unused) < 0) {
-        if (is_big) {
-            drop_big(t, ptr);
-        }
+    if (put_slot(t, ptr, tb, HW_SIZE_BIG, &unused) < 0) {
+        drop_big(t, ptr);
         return -1;
     }
+    return 0;
+}
+
+int
+hw_traces_put_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, hw_trace_t *old)
+{
+    if (__builtin_expect(size >= HW_SIZE_BIG, 0)) {
+        return put_big(t, ptr, tb, size, old);
+    }
+    /* Grow first, so that one probe finds the slot to replace or fill. */
+    if ((t->count + 1) * 4 > (t->mask + 1) * 3 && rehash(t, (t->mask + 1) * 2) < 0) {
+        return -1;
+    }
+    hw_slot_t *slot = &t->slots[probe(t, ptr)];
+    if (slot->ptr == ptr) {
+        old->ptr = ptr;
+        old->tb = slot->tb;
+        if (__builtin_expect(slot->size == HW_SIZE_BIG, 0)) {
+            old->size = big_size(t, ptr);
+            drop_big(t, ptr);
+        }
+        else {
+            old->size = slot->size;
+        }
+        slot->tb = tb;
+        slot->size = (uint32_t)size;
+        return 1;
+    }
+    slot->ptr = ptr;
+    slot->tb = tb;
+    slot->size = (uint32_t)size;
+    t->count++;
     return 0;
 }
 
