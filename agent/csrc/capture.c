@@ -1,16 +1,15 @@
 #include "capture.h"
 
-#include <pthread.h>
 #include <string.h>
 
 #include "mem.h"
-#include "sync.h"
+#include "thread.h"
 
 /* Deeper stacks are walked frame by frame, without a memo. */
 #define MEMO_MAX_DEPTH (1u << 16)
 #define MEMO_MIN_CAP 64u
 
-typedef struct memo {
+typedef struct hw_memo {
     /* Outermost frame first.  Entries [0, written) were filled by some walk;
      * those past the current stack's depth are stale, and harmless: an entry
      * is trusted only once the live chain has reached it. */
@@ -20,22 +19,7 @@ typedef struct memo {
     uint32_t cap;           /* entries of chain and of scratch; index has 2 * cap */
     uint32_t written;
     int index_shift;
-    struct memo *prev, *next; /* every thread's memo: hw_tables_lock */
 } memo_t;
-
-/* A thread's memo belongs to it alone.  MEMO_GONE once its thread-exit
- * destructor ran: allocations made later by other destructors walk plainly
- * rather than create a memo nobody would free. */
-static __thread memo_t *my_memo __attribute__((tls_model("initial-exec")));
-#define MEMO_GONE ((memo_t *)1)
-
-/* Every live memo, so that a forked child can free those of the threads it
- * does not have; hw_tables_lock. */
-static memo_t *all_memos;
-/* Its destructor frees a thread's memo at thread exit.  Set once at import,
- * with the GIL. */
-static pthread_key_t memo_key;
-static int memo_key_ready;
 
 /* The index has 2 * cap slots, cap a power of two. */
 static int
@@ -74,8 +58,8 @@ memo_find(const memo_t *memo, const hw_pyframe_t *frame, uint32_t *pos)
     return 1;
 }
 
-static void
-memo_free(memo_t *memo)
+void
+hw_memo_free(memo_t *memo)
 {
     hw_free(HW_MEM_TRACER, memo->chain);
     hw_free(HW_MEM_TRACER, memo->scratch);
@@ -140,74 +124,11 @@ memo_create(void)
     memo->scratch = hw_malloc(HW_MEM_TRACER, MEMO_MIN_CAP * sizeof(*memo->scratch));
     memo->index = hw_calloc(HW_MEM_TRACER, 2 * MEMO_MIN_CAP, sizeof(*memo->index));
     memo->index_shift = index_shift(MEMO_MIN_CAP);
-    if (memo->chain == NULL || memo->scratch == NULL || memo->index == NULL ||
-        pthread_setspecific(memo_key, memo) != 0) {
-        memo_free(memo);
+    if (memo->chain == NULL || memo->scratch == NULL || memo->index == NULL) {
+        hw_memo_free(memo);
         return NULL;
     }
-    hw_lock();
-    memo->next = all_memos;
-    if (all_memos != NULL) {
-        all_memos->prev = memo;
-    }
-    all_memos = memo;
-    hw_unlock();
     return memo;
-}
-
-static void
-memo_unlink_unlocked(memo_t *memo)
-{
-    if (memo->prev != NULL) {
-        memo->prev->next = memo->next;
-    }
-    else {
-        all_memos = memo->next;
-    }
-    if (memo->next != NULL) {
-        memo->next->prev = memo->prev;
-    }
-}
-
-static void
-memo_destroy(void *arg)
-{
-    memo_t *memo = arg;
-    my_memo = MEMO_GONE;
-    hw_lock();
-    memo_unlink_unlocked(memo);
-    hw_unlock();
-    memo_free(memo);
-}
-
-int
-hw_capture_init_once(void)
-{
-    if (memo_key_ready) {
-        return 0;
-    }
-    int err = pthread_key_create(&memo_key, memo_destroy);
-    if (err != 0) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
-    }
-    memo_key_ready = 1;
-    return 0;
-}
-
-void
-hw_capture_fork_child_unlocked(void)
-{
-    memo_t *memo = all_memos;
-    while (memo != NULL) {
-        memo_t *next = memo->next;
-        if (memo != my_memo) {
-            memo_unlink_unlocked(memo);
-            memo_free(memo);
-        }
-        memo = next;
-    }
 }
 
 /* Continues a capture down chain[depth - 1] (innermost) .. chain[0]: records
@@ -217,26 +138,31 @@ static void
 capture_from_chain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *const *chain, uint32_t depth,
                    int max_nframe)
 {
-    int n = cap->nframe;
-    uint32_t k = depth;
-    while (k > 0 && n < max_nframe) {
-        hw_pyframe_t *frame = chain[--k];
-        if (hw_frame_counts_below(frame)) {
+    hw_frame_t *out = cap->frames + cap->nframe;
+    hw_frame_t *const end = cap->frames + max_nframe;
+    hw_pyframe_t *const *next = chain + depth; /* one past the innermost */
+    while (next > chain && out < end) {
+        hw_pyframe_t *frame = *--next;
+        if (HW_EVERY_FRAME_COUNTS || hw_frame_counts_below(frame)) {
             PyCodeObject *code = hw_frame_code(frame);
-            cap->frames[n].key = (uintptr_t)code;
-            cap->frames[n].lasti = hw_frame_lasti(frame, code);
-            n++;
-            (*total)++;
+            out->key = (uintptr_t)code;
+            out->lasti = hw_frame_lasti(frame, code);
+            out++;
         }
     }
+    uint32_t captured = (uint32_t)(out - (cap->frames + cap->nframe));
+    uint32_t below = (uint32_t)(next - chain);
 #if HW_EVERY_FRAME_COUNTS
-    *total += k;
+    *total += captured + below;
 #else
-    while (k > 0) {
-        *total += (uint32_t)hw_frame_counts_below(chain[--k]);
+    uint32_t counted = 0;
+    while (next > chain) {
+        counted += (uint32_t)hw_frame_counts_below(*--next);
     }
+    (void)below;
+    *total += captured + counted;
 #endif
-    cap->nframe = n;
+    cap->nframe = (int)(out - cap->frames);
 }
 
 /* Continues a capture from top down with the memo, and leaves the live
@@ -266,24 +192,54 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
     uint32_t low = 0;
     uint32_t ntail = 0;
     if (hit) {
-        hw_pyframe_t **chain = memo->chain;
-        hw_pyframe_t *cur = chain[pos];
-        low = pos;
-        while (low > 0) {
-            hw_pyframe_t *below = chain[low - 1];
-            if (hw_frame_back(cur) != below) {
-                break;
+        /* Each frame's link is read at an address taken from the memo, not
+         * from the link just compared equal to it: the reads then do not
+         * wait for one another.  (The volatile view keeps the compiler from
+         * using the equal register instead, which would chain them again.)
+         * A frame is still read only once the link above proved it live. */
+        hw_pyframe_t *const volatile *live = &memo->chain[pos];
+        hw_pyframe_t *const volatile *bottom = memo->chain;
+        hw_pyframe_t *below = hw_frame_back(*live);
+        while (live - bottom >= 4) {
+            if (below != live[-1]) {
+                goto verified;
             }
-            cur = below;
-            low--;
+            below = hw_frame_back(live[-1]);
+            if (below != live[-2]) {
+                live -= 1;
+                goto verified;
+            }
+            below = hw_frame_back(live[-2]);
+            if (below != live[-3]) {
+                live -= 2;
+                goto verified;
+            }
+            below = hw_frame_back(live[-3]);
+            if (below != live[-4]) {
+                live -= 3;
+                goto verified;
+            }
+            below = hw_frame_back(live[-4]);
+            live -= 4;
         }
+        while (live > bottom && below == live[-1]) {
+            below = hw_frame_back(live[-1]);
+            live--;
+        }
+    verified:
+        low = (uint32_t)(live - bottom);
         /* The stack changed below chain[low] (or ends there now): walk the rest. */
-        for (frame = hw_frame_back(cur); frame != NULL; frame = hw_frame_back(frame)) {
+        for (frame = below; frame != NULL; frame = hw_frame_back(frame)) {
             if (nfresh + ntail == memo->cap && memo_reserve(memo, nfresh + ntail + 1) < 0) {
                 return -1;
             }
             memo->scratch[nfresh + ntail++] = frame;
         }
+    }
+    if (HW_LIKELY(hit && low == 0 && ntail == 0 && nfresh == 0)) {
+        /* The stack the memo holds, verified: nothing to update. */
+        capture_from_chain(cap, total, memo->chain, pos + 1, max_nframe);
+        return 0;
     }
     uint32_t kept = hit ? pos - low + 1 : 0;
     uint32_t depth = ntail + kept + nfresh;
@@ -346,7 +302,7 @@ walk_plain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *frame, int max_nfra
 
 /* Frames walked link by link before the memo takes over: on shallow stacks
  * the walk costs less than the memo's lookup and bookkeeping. */
-#define PLAIN_STEPS 12
+#define PLAIN_STEPS 4
 
 int
 hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe)
@@ -377,11 +333,12 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe
     uint32_t total = 0;
     frame = walk_plain(cap, &total, frame, max_nframe, PLAIN_STEPS);
     if (frame != NULL) {
-        memo_t *memo = my_memo;
-        if (HW_UNLIKELY(memo == NULL) && memo_key_ready) {
-            memo = my_memo = memo_create();
+        hw_thread_t *thread = hw_thread();
+        memo_t *memo = thread != NULL ? thread->memo : NULL;
+        if (HW_UNLIKELY(memo == NULL) && thread != NULL) {
+            memo = thread->memo = memo_create();
         }
-        if (memo == NULL || memo == MEMO_GONE ||
+        if (memo == NULL ||
             walk_with_memo(memo, cap, &total, frame, max_nframe) < 0) {
             walk_plain(cap, &total, frame, max_nframe, 0);
         }

@@ -44,18 +44,11 @@ typedef struct {
 
 /* Walks the calling thread's frames (tstate may be NULL: no frames).  Code
  * pointers are borrowed; they stay valid while the calling thread is inside
- * the hook, since the frames naming them are its own.  Takes hw_tables_lock
- * briefly the first time a thread captures, so it must not be held.  Returns
+ * the hook, since the frames naming them are its own.  May create the
+ * thread's state (thread.h), so hw_tables_lock must not be held.  Returns
  * 0, or -1 when a heap buffer for more than HW_CAPTURE_LOCAL frames cannot
  * be had. */
 int hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe);
 void hw_capture_release(hw_capture_t *cap);
-
-/* Once, at import: the thread-exit destructor of the memos.  Returns -1
- * with an exception set. */
-int hw_capture_init_once(void);
-/* Forked child, hw_tables_lock held: frees the memos of the threads that do
- * not exist in the child. */
-void hw_capture_fork_child_unlocked(void);
 
 #endif

@@ -2,10 +2,10 @@
 
 #include <pthread.h>
 
-#include "capture.h"
 #include "compat.h"
 #include "sampling.h"
 #include "sync.h"
+#include "thread.h"
 #include "tracebacks.h"
 #include "tracer.h"
 
@@ -500,7 +500,7 @@ fork_parent(void)
 static void
 fork_child(void)
 {
-    hw_capture_fork_child_unlocked();
+    hw_thread_fork_child_unlocked();
     hw_unlock();
     __atomic_store_n(&drain_queued, 0, __ATOMIC_RELAXED);
     /* Parent and child must not draw the same sample points. */
@@ -522,5 +522,5 @@ hw_hooks_init_once(void)
         return -1;
     }
     fork_handlers_registered = 1;
-    return hw_capture_init_once();
+    return hw_thread_init_once();
 }
