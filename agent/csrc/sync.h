@@ -40,7 +40,17 @@ hw_lock(void)
 static inline void
 hw_unlock(void)
 {
-    if (__builtin_expect(__atomic_exchange_n(&hw_tables_lock, 0, __ATOMIC_RELEASE) == 2, 0)) {
+    /* Held without sleepers (1), the common case: a plain release store,
+     * which does not wait for the stores before it as an exchange does.  A
+     * waiter that announces itself (2) between the load and the store has
+     * that announcement overwritten and may sleep through this release: it
+     * sleeps with a timeout (hw_lock_contended), so a lost wake-up costs it
+     * at most that. */
+    if (__builtin_expect(__atomic_load_n(&hw_tables_lock, __ATOMIC_RELAXED) == 1, 1)) {
+        __atomic_store_n(&hw_tables_lock, 0, __ATOMIC_RELEASE);
+        return;
+    }
+    if (__atomic_exchange_n(&hw_tables_lock, 0, __ATOMIC_RELEASE) == 2) {
         hw_unlock_wake();
     }
 }

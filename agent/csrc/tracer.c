@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hooks.h"
@@ -38,8 +39,10 @@ hw_lock_contended(void)
             return;
         }
     }
+    /* The timeout bounds a wake-up lost to hw_unlock's plain store. */
+    const struct timespec timeout = {0, 200 * 1000};
     while (__atomic_exchange_n(&hw_tables_lock, 2, __ATOMIC_ACQUIRE) != 0) {
-        syscall(SYS_futex, &hw_tables_lock, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+        syscall(SYS_futex, &hw_tables_lock, FUTEX_WAIT_PRIVATE, 2, &timeout, NULL, 0);
     }
 }
 
