@@ -1,5 +1,6 @@
 #include "capture.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "mem.h"
@@ -165,6 +166,70 @@ capture_from_chain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *const *chai
     cap->nframe = (int)(out - cap->frames);
 }
 
+/* Verifies the memo's chain from *live (a live frame) down: returns the
+ * lowest entry proven live, each one by the link of the entry above it.
+ * Every link is read at an address taken from the memo, not from the link
+ * just found equal to it, so that the reads do not wait for one another;
+ * and a frame is read only once proven live, since a stale entry may point
+ * into freed memory.  In assembly on x86-64: a compiler that sees a link
+ * equal to the next entry may read the next frame through the link, which
+ * chains the reads again (it did). */
+static inline hw_pyframe_t **
+verify_links(hw_pyframe_t **live, hw_pyframe_t **bottom)
+{
+#if defined(__x86_64__)
+    /* Three instructions a link: load the entry below, compare it with the
+     * link read through the entry above, branch.  Four links a round. */
+    hw_pyframe_t *above = *live;
+    hw_pyframe_t *next;
+    __asm__("1:\n\t"
+            "mov %[live], %[next]\n\t"
+            "sub %[bottom], %[next]\n\t"
+            "cmp $32, %[next]\n\t"
+            "jb 3f\n\t"
+            "mov -8(%[live]), %[next]\n\t"
+            "cmp %c[off](%[above]), %[next]\n\t"
+            "jne 4f\n\t"
+            "mov -16(%[live]), %[above]\n\t"
+            "cmp %c[off](%[next]), %[above]\n\t"
+            "jne 5f\n\t"
+            "mov -24(%[live]), %[next]\n\t"
+            "cmp %c[off](%[above]), %[next]\n\t"
+            "jne 6f\n\t"
+            "mov -32(%[live]), %[above]\n\t"
+            "cmp %c[off](%[next]), %[above]\n\t"
+            "jne 7f\n\t"
+            "sub $32, %[live]\n\t"
+            "jmp 1b\n"
+            "7:\n\t"
+            "sub $8, %[live]\n"
+            "6:\n\t"
+            "sub $8, %[live]\n"
+            "5:\n\t"
+            "sub $8, %[live]\n\t"
+            "jmp 4f\n"
+            "3:\n\t"
+            "cmp %[bottom], %[live]\n\t"
+            "je 4f\n\t"
+            "mov -8(%[live]), %[next]\n\t"
+            "cmp %c[off](%[above]), %[next]\n\t"
+            "jne 4f\n\t"
+            "mov %[next], %[above]\n\t"
+            "sub $8, %[live]\n\t"
+            "jmp 3b\n"
+            "4:"
+            : [live] "+r"(live), [above] "+r"(above), [next] "=&r"(next)
+            : [bottom] "r"(bottom), [off] "i"(HW_FRAME_BACK_OFFSET)
+            : "cc", "memory");
+    return live;
+#else
+    while (live > bottom && hw_frame_back(*live) == live[-1]) {
+        live--;
+    }
+    return live;
+#endif
+}
+
 /* Continues a capture from top down with the memo, and leaves the live
  * chain from top down in it.  Returns -1, having captured nothing more, when
  * the memo cannot hold the stack: the caller walks plainly. */
@@ -192,42 +257,9 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
     uint32_t low = 0;
     uint32_t ntail = 0;
     if (hit) {
-        /* Each frame's link is read at an address taken from the memo, not
-         * from the link just compared equal to it: the reads then do not
-         * wait for one another.  (The volatile view keeps the compiler from
-         * using the equal register instead, which would chain them again.)
-         * A frame is still read only once the link above proved it live. */
-        hw_pyframe_t *const volatile *live = &memo->chain[pos];
-        hw_pyframe_t *const volatile *bottom = memo->chain;
+        hw_pyframe_t **live = verify_links(&memo->chain[pos], memo->chain);
         hw_pyframe_t *below = hw_frame_back(*live);
-        while (live - bottom >= 4) {
-            if (below != live[-1]) {
-                goto verified;
-            }
-            below = hw_frame_back(live[-1]);
-            if (below != live[-2]) {
-                live -= 1;
-                goto verified;
-            }
-            below = hw_frame_back(live[-2]);
-            if (below != live[-3]) {
-                live -= 2;
-                goto verified;
-            }
-            below = hw_frame_back(live[-3]);
-            if (below != live[-4]) {
-                live -= 3;
-                goto verified;
-            }
-            below = hw_frame_back(live[-4]);
-            live -= 4;
-        }
-        while (live > bottom && below == live[-1]) {
-            below = hw_frame_back(live[-1]);
-            live--;
-        }
-    verified:
-        low = (uint32_t)(live - bottom);
+        low = (uint32_t)(live - memo->chain);
         /* The stack changed below chain[low] (or ends there now): walk the rest. */
         for (frame = below; frame != NULL; frame = hw_frame_back(frame)) {
             if (nfresh + ntail == memo->cap && memo_reserve(memo, nfresh + ntail + 1) < 0) {

@@ -104,6 +104,13 @@ hw_frame_back(hw_pyframe_t *frame)
 #endif
 }
 
+/* Where hw_frame_back() reads, for code that reads it in assembly. */
+#if PY_VERSION_HEX >= 0x030B0000
+#  define HW_FRAME_BACK_OFFSET offsetof(hw_pyframe_t, previous)
+#else
+#  define HW_FRAME_BACK_OFFSET offsetof(hw_pyframe_t, f_back)
+#endif
+
 /* The frame's code object, or NULL for frames the stdlib tracer skips
  * (incomplete frames being set up, and C-stack shim frames). */
 static inline PyCodeObject *
