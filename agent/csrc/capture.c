@@ -135,10 +135,16 @@ memo_create(void)
 /* Continues a capture down chain[depth - 1] (innermost) .. chain[0]: records
  * (code, offset) of frames that count until max_nframe are recorded, and
  * counts the rest. */
-static void
+static inline void
 capture_from_chain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *const *chain, uint32_t depth,
                    int max_nframe)
 {
+#if HW_EVERY_FRAME_COUNTS
+    if (cap->nframe >= max_nframe) {
+        *total += depth; /* captured enough already: only the depth is left */
+        return;
+    }
+#endif
     hw_frame_t *out = cap->frames + cap->nframe;
     hw_frame_t *const end = cap->frames + max_nframe;
     hw_pyframe_t *const *next = chain + depth; /* one past the innermost */
@@ -300,36 +306,33 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
     return 0;
 }
 
-/* Continues a capture from frame down, following the links: at most
- * max_steps frames if max_steps is not 0.  Returns where it stopped. */
-static hw_pyframe_t *
+/* Continues a capture from frame down, following the links, for at most
+ * max_steps frames.  Returns where it stopped (NULL at the bottom). */
+static inline hw_pyframe_t *
 walk_plain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *frame, int max_nframe,
            uint32_t max_steps)
 {
-    int n = cap->nframe;
-    uint32_t steps = 0;
-    for (; frame != NULL && n < max_nframe; frame = hw_frame_back(frame), steps++) {
-        if (steps == max_steps && max_steps != 0) {
-            cap->nframe = n;
-            return frame;
+    hw_frame_t *out = cap->frames + cap->nframe;
+    hw_frame_t *const end = cap->frames + max_nframe;
+    uint32_t counted = 0;
+    for (uint32_t steps = 0; frame != NULL; frame = hw_frame_back(frame), steps++) {
+        if (steps == max_steps) {
+            break;
         }
         if (!hw_frame_counts_below(frame)) {
             continue;
         }
-        PyCodeObject *code = hw_frame_code(frame);
-        cap->frames[n].key = (uintptr_t)code;
-        cap->frames[n].lasti = hw_frame_lasti(frame, code);
-        n++;
-        (*total)++;
-    }
-    cap->nframe = n;
-    for (; frame != NULL; frame = hw_frame_back(frame), steps++) {
-        if (steps == max_steps && max_steps != 0) {
-            return frame;
+        counted++;
+        if (out < end) {
+            PyCodeObject *code = hw_frame_code(frame);
+            out->key = (uintptr_t)code;
+            out->lasti = hw_frame_lasti(frame, code);
+            out++;
         }
-        *total += (uint32_t)hw_frame_counts_below(frame);
     }
-    return NULL;
+    cap->nframe = (int)(out - cap->frames);
+    *total += counted;
+    return frame;
 }
 
 /* Frames walked link by link before the memo takes over: on shallow stacks
@@ -372,7 +375,7 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe
         }
         if (memo == NULL ||
             walk_with_memo(memo, cap, &total, frame, max_nframe) < 0) {
-            walk_plain(cap, &total, frame, max_nframe, 0);
+            walk_plain(cap, &total, frame, max_nframe, UINT32_MAX);
         }
     }
     cap->total_nframe = (uint16_t)(total > UINT16_MAX ? UINT16_MAX : total);

@@ -43,7 +43,7 @@ static uint64_t hw_rng_seed;
  * (tests/core/test_sampling.py::test_short_lived_threads). */
 static uint64_t hw_seed_sequence;
 
-void
+__attribute__((noinline)) void
 hw_filter_add_unlocked(uintptr_t ptr, int delta)
 {
     size_t slot = hw_filter_slot(ptr);

@@ -520,12 +520,9 @@ hw_tb_sweep_unlocked(void)
     idle_count = 0;
 }
 
-void
-hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
+__attribute__((noinline)) void
+hw_tb_unused_unlocked(hw_traceback_t *tb)
 {
-    if (tb->ntraces != 0 || tb->pins != 0 || tb->pending != 0 || tb->idle) {
-        return;
-    }
     if (tb->id == 0) {
         tb_free_unlocked(tb); /* detached by clear_traces(): its snapshot let go */
         return;

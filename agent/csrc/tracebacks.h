@@ -71,7 +71,14 @@ void hw_tb_clear_unlocked(void);
 hw_traceback_t *hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap);
 /* Marks tb idle if neither traces, queued inserts nor snapshots refer to it
  * any more (a detached one is freed at once); sweeps when idle ones pile up. */
-void hw_tb_release_if_unused_unlocked(hw_traceback_t *tb);
+void hw_tb_unused_unlocked(hw_traceback_t *tb);
+static inline void
+hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
+{
+    if (tb->ntraces == 0 && tb->pins == 0 && tb->pending == 0 && !tb->idle) {
+        hw_tb_unused_unlocked(tb);
+    }
+}
 /* Frees every idle traceback. */
 void hw_tb_sweep_unlocked(void);
 hw_traceback_t *hw_tb_by_id_unlocked(uint32_t id);

@@ -162,11 +162,11 @@ filtered(uint32_t domain)
     return domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE;
 }
 
-static void
-put_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr, size_t size, hw_traceback_t *tb)
+/* put_unlocked() when the block was traced already or out of memory. */
+static HW_COLD void
+put_uncommon_unlocked(int res, uint32_t domain, uintptr_t ptr, size_t size, hw_traceback_t *tb,
+                      const hw_trace_t *old)
 {
-    hw_trace_t old;
-    int res = hw_traces_put_unlocked(table, ptr, tb->id, size, &old);
     if (res < 0) {
         if (filtered(domain)) {
             hw_filter_add_unlocked(ptr, -1);
@@ -175,19 +175,31 @@ put_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr, size_t size, hw
         hw_count_dropped();
         return;
     }
-    /* Add before removing a replaced trace: both may share the traceback,
-     * which must not be released in between (tests/core/test_trace_table.py). */
+    /* The block was traced already (a stale trace, or track() twice): as
+     * the stdlib, the new trace replaces it.  Add before removing: both may
+     * share the traceback, which must not be released in between
+     * (tests/core/test_trace_table.py). */
     account_add_unlocked(tb, size);
-    if (res == 1) {
-        /* The block was traced already (a stale trace, or track() twice):
-         * as the stdlib, the new trace replaces it. */
-        if (filtered(domain)) {
-            hw_filter_add_unlocked(ptr, -1);
-        }
-        account_remove_unlocked(hw_tb_by_id_unlocked(old.tb), old.size);
+    if (filtered(domain)) {
+        hw_filter_add_unlocked(ptr, -1);
+    }
+    account_remove_unlocked(hw_tb_by_id_unlocked(old->tb), old->size);
+}
+
+static inline void
+put_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr, size_t size, hw_traceback_t *tb)
+{
+    hw_trace_t old;
+    int res = hw_traces_put_unlocked(table, ptr, tb->id, size, &old);
+    if (HW_LIKELY(res == 0)) {
+        account_add_unlocked(tb, size);
+        hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces + 1);
     }
     else {
-        hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces + 1);
+        put_uncommon_unlocked(res, domain, ptr, size, tb, &old);
+        if (res < 0) {
+            return;
+        }
     }
     if (hw_tracer.traced > hw_tracer.peak) {
         hw_tracer.peak = hw_tracer.traced;
@@ -210,7 +222,7 @@ pop_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr)
     return 1;
 }
 
-static void
+static __attribute__((noinline)) void
 apply_oldest_unlocked(void)
 {
     hw_pending_t op = hw_tracer.pending[hw_tracer.pending_head];
@@ -237,7 +249,9 @@ queued(void)
     return hw_tracer.npending != 0 || hw_tracer.traces.mask >= QUEUE_FROM_SLOTS;
 }
 
-static inline void
+/* Out of line: the hooks' path for tables that stay in the caches has no
+ * use for it. */
+static __attribute__((noinline)) void
 queue_unlocked(uintptr_t ptr, hw_traceback_t *tb, size_t size)
 {
     if (hw_tracer.npending == HW_PENDING) {
