@@ -347,16 +347,16 @@ static inline __attribute__((always_inline)) void
 hook_free(int d, int gil_domain, void *ptr)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
-    hw_tls_t *tls = &hw_tls;
-    if (HW_LIKELY(hw_on_fast_path(tls))) {
-        /* Sample mode, not inside a hook: only the filter is left to ask. */
-        if (HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
+    if (HW_LIKELY(hw_sampling_open())) {
+        /* Sample mode: a clear filter bit proves the block untraced, for
+         * whoever frees it, nested in our hooks or not; no thread state to
+         * read.  A set bit (or NULL's, rarely) takes the way below. */
+        if (HW_LIKELY(!hw_filter_maybe(ptr))) {
             a->free(a->ctx, ptr);
             return;
         }
-        free_traced(a, tls, ptr, gil_domain);
-        return;
     }
+    hw_tls_t *tls = &hw_tls;
     int state = hw_load_int(&hw_tracer.hook_state);
     if (tls->reentrant || !(state & HW_STATE_TRACING) || ptr == NULL ||
         !maybe_traced(state, ptr)) {

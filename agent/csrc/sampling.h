@@ -52,6 +52,14 @@ extern uint32_t hw_fast_word;
 /* Recomputes hw_fast_word after hook_state or the generation changed. */
 void hw_fast_word_publish(void);
 
+/* Whether the hooks record in sample mode (whatever the calling thread's
+ * state): all a free needs to know before asking the filter. */
+static inline int
+hw_sampling_open(void)
+{
+    return !(__atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED) & HW_FAST_CLOSED);
+}
+
 /* Whether the calling thread's hooks may take the sampling fast path. */
 static inline int
 hw_on_fast_path(const hw_tls_t *tls)
