@@ -51,6 +51,11 @@ Py_NewRef(PyObject *obj)
 /* Paths the hooks rarely take stay out of line, so that the hot paths
  * (flattened: see hooks.c) keep their registers and their code small. */
 #define HW_COLD __attribute__((noinline, cold))
+#if PY_VERSION_HEX >= 0x030D0000
+/* Exported, declared in an internal header since 3.13. */
+PyAPI_FUNC(const char *) _PyMem_GetCurrentAllocatorName(void);
+#endif
+
 #define HW_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HW_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

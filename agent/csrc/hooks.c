@@ -1,6 +1,7 @@
 #include "hooks.h"
 
 #include <pthread.h>
+#include <string.h>
 
 #include "compat.h"
 #include "sampling.h"
@@ -22,6 +23,17 @@ static const PyMemAllocatorDomain py_domains[D_COUNT] = {
 static PyMemAllocatorEx hw_saved[D_COUNT];
 /* Our hooks are in the allocator chain (perhaps below another hook); GIL. */
 static int installed;
+/* The allocator under our hooks was plain pymalloc when they went in (no
+ * debug hooks, no other tool's); GIL. */
+static int pymalloc_below;
+/* Which hooks are in the chain for MEM and OBJ: all of ours, or the
+ * sampling set (see select_set); GIL. */
+static int sampling_set_installed;
+/* Sampled MEM and OBJ blocks of 1 to 512 bytes are allocated above
+ * pymalloc's threshold, so that pymalloc serves them from the raw allocator
+ * and frees them through it, that is through our RAW hook: true while the
+ * sampling set is installed.  Written with the GIL, read by the hooks. */
+static int raw_backed;
 /* A pending call to drain the graveyard is queued; atomic. */
 static int drain_queued;
 /* Fork handlers registered; GIL. */
@@ -131,6 +143,19 @@ wants_record(int state, hw_tls_t *tls, size_t size)
  * may also grow through PyMem_RawRealloc: a real block, traced on its own.) */
 #define HW_NESTING_THRESHOLD 512
 
+/* What a sampled block of 1 to 512 bytes is allocated as while raw_backed:
+ * past pymalloc's threshold, pymalloc hands it to PyMem_RawMalloc and later
+ * frees it with PyMem_RawFree, keeping its own count of such blocks right. */
+#define HW_RAW_BACKED_SIZE (HW_NESTING_THRESHOLD + 1)
+
+/* Whether a sampled MEM or OBJ block of size bytes must be raw-backed:
+ * pymalloc would serve it itself, and its free would then pass us by. */
+static inline int
+raw_backs(size_t size)
+{
+    return __atomic_load_n(&raw_backed, __ATOMIC_RELAXED) && size - 1 < HW_NESTING_THRESHOLD;
+}
+
 #define CALL_ALLOC(a, zeroed, nelem, elsize) \
     ((zeroed) ? (a)->calloc((a)->ctx, (nelem), (elsize)) : (a)->malloc((a)->ctx, (elsize)))
 
@@ -161,9 +186,17 @@ alloc_flagged(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem
               int record, int gil_domain)
 {
     uint32_t fast = hook_enter(tls);
-    void *ptr = CALL_ALLOC(a, zeroed, nelem, elsize);
+    void *ptr;
+    size_t size = nelem * elsize;
+    if (record && gil_domain && raw_backs(size)) {
+        ptr = zeroed ? a->calloc(a->ctx, 1, HW_RAW_BACKED_SIZE)
+                     : a->malloc(a->ctx, HW_RAW_BACKED_SIZE);
+    }
+    else {
+        ptr = CALL_ALLOC(a, zeroed, nelem, elsize);
+    }
     if (ptr != NULL && record) {
-        record_block(ptr, nelem * elsize, gil_domain);
+        record_block(ptr, size, gil_domain);
     }
     hook_leave(tls, fast);
     return ptr;
@@ -246,6 +279,21 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
      * the old trace is gone.  Nothing the wrapped allocator calls comes back
      * to this lock: nested PyMem calls pass through (tls->reentrant). */
     void *ptr2 = a->realloc(a->ctx, ptr, size);
+    if (ptr2 != NULL && captured && gil_domain && raw_backs(size)) {
+        /* Recorded, the block must be raw-backed: moved there.  (Nested
+         * calls pass through: the caller set the re-entrancy flag.) */
+        void *moved = a->malloc(a->ctx, HW_RAW_BACKED_SIZE);
+        if (moved != NULL) {
+            memcpy(moved, ptr2, size);
+            a->free(a->ctx, ptr2);
+            ptr2 = moved;
+        }
+        else {
+            hw_capture_release(&cap);
+            captured = 0; /* untraced rather than traced where frees pass us by */
+            hw_count_dropped();
+        }
+    }
     if (ptr2 != NULL && hw_tracer.tracing) {
         int add = captured && hw_tracer.epoch == epoch;
         /* Resized in place: adding replaces the old trace in one probe. */
@@ -419,11 +467,65 @@ stdlib_tracer_running(void)
     return running;
 }
 
+/* Installs the hooks for MEM and OBJ: all of ours, or the sampling set:
+ * ours but for free, which is pymalloc's own.  Sampling above plain pymalloc,
+ * every traced MEM or OBJ block is raw-backed (raw_backs), so pymalloc frees
+ * it through our RAW hook, and the free of every other block, the most
+ * frequent call there is, goes to pymalloc untouched: a hook that did
+ * nothing but forward cost the deep_stack workload 4 to 5%.  Called with
+ * the GIL while nothing is traced, so no traced block changes hands. */
+static void
+install_set(int sampling_set)
+{
+    for (int d = D_MEM; d < D_COUNT; d++) {
+        PyMemAllocatorEx hook = ours[d];
+        /* Our hooks ignore ctx; passing the wrapped allocator's own ctx
+         * keeps a torn read (old function, new ctx) harmless. */
+        hook.ctx = hw_saved[d].ctx;
+        if (sampling_set) {
+            hook.free = hw_saved[d].free;
+        }
+        PyMem_SetAllocator(py_domains[d], &hook);
+    }
+    sampling_set_installed = sampling_set;
+    __atomic_store_n(&raw_backed, sampling_set, __ATOMIC_RELAXED);
+}
+
+/* Whether our MEM and OBJ hooks are the top of their chains. */
+static int
+on_top(void)
+{
+    for (int d = D_MEM; d < D_COUNT; d++) {
+        PyMemAllocatorEx current;
+        PyMem_GetAllocator(py_domains[d], &current);
+        if (current.malloc != ours[d].malloc) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int
-hw_hooks_install(void)
+hw_hooks_install(int sampling)
 {
     if (installed) {
-        return 0;
+        int want = sampling && pymalloc_below;
+        if (want == sampling_set_installed) {
+            return 0;
+        }
+        if (on_top()) {
+            install_set(want);
+            return 0;
+        }
+        if (want) {
+            return 0; /* all of ours, buried: they sample just as well */
+        }
+        PyErr_SetString(PyExc_RuntimeError,
+                        "heapwatch's sampling hooks are buried under another tracer's (the "
+                        "stdlib tracemalloc module, say), and they do not see pymalloc's frees: "
+                        "heapwatch cannot trace exactly from there; stop that tracer first, or "
+                        "trace in sample mode");
+        return -1;
     }
     int running = stdlib_tracer_running();
     if (running < 0) {
@@ -436,18 +538,17 @@ hw_hooks_install(void)
                         "them; call tracemalloc.stop() first, or start heapwatch before tracemalloc");
         return -1;
     }
+    const char *below = _PyMem_GetCurrentAllocatorName();
+    pymalloc_below = below != NULL && strcmp(below, "pymalloc") == 0;
     for (int d = 0; d < D_COUNT; d++) {
         PyMem_GetAllocator(py_domains[d], &hw_saved[d]);
     }
     /* Publish hw_saved before any thread can enter a hook. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    for (int d = 0; d < D_COUNT; d++) {
-        PyMemAllocatorEx hook = ours[d];
-        /* Our hooks ignore ctx; passing the wrapped allocator's own ctx
-         * keeps a torn read (old function, new ctx) harmless. */
-        hook.ctx = hw_saved[d].ctx;
-        PyMem_SetAllocator(py_domains[d], &hook);
-    }
+    PyMemAllocatorEx raw = ours[D_RAW];
+    raw.ctx = hw_saved[D_RAW].ctx;
+    PyMem_SetAllocator(py_domains[D_RAW], &raw);
+    install_set(sampling && pymalloc_below);
     installed = 1;
     return 0;
 }

@@ -15,9 +15,12 @@
 #ifndef HEAPWATCH_HOOKS_H
 #define HEAPWATCH_HOOKS_H
 
-/* GIL held.  Returns -1 with an exception set when the hooks cannot go in
- * safely (the stdlib tracer is running and would remove them on stop). */
-int hw_hooks_install(void);
+/* GIL held, nothing traced.  Puts our hooks in the chain, or keeps them
+ * there, fit for the mode about to start (sampling or not).  Returns -1 with
+ * an exception set when they cannot go in safely: the stdlib tracer is
+ * running (and would remove them on stop), or exact tracing is asked of
+ * sampling hooks buried under another tracer. */
+int hw_hooks_install(int sampling);
 /* GIL held.  Removes our hooks if they are still on top of the chain;
  * otherwise (another hook was installed over ours) they stay in the chain,
  * passing through, so that hook keeps working. */

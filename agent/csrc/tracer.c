@@ -406,7 +406,7 @@ hw_start(int max_nframe, int mode, uint64_t sample_interval)
         PyErr_NoMemory();
         return -1;
     }
-    if (hw_hooks_install() < 0) {
+    if (hw_hooks_install(mode == HW_MODE_SAMPLE) < 0) {
         return -1;
     }
     hw_sampling_reseed_all();

@@ -1,9 +1,10 @@
 """heapwatch and the stdlib tracer, started and stopped in every order.
 
 Each scenario runs in a fresh interpreter: the allocator chain is process
-state.  Orders that can be made safe work; the one that cannot (heapwatch
-installing under a running stdlib tracer, which would remove heapwatch's hooks
-on stop) raises a clear RuntimeError.
+state.  Orders that can be made safe work; those that cannot raise a clear
+RuntimeError: heapwatch installing under a running stdlib tracer (which would
+remove heapwatch's hooks on stop), and exact tracing asked of heapwatch's
+sampling hooks while they are buried (they leave pymalloc's frees alone).
 """
 
 from __future__ import annotations
@@ -68,6 +69,30 @@ SCENARIOS = {
         H.start(); assert hw_sees(); H.stop()
         S.start(); assert std_sees(); S.stop()
         assert not H.hooks_installed()
+    """,
+    "hw sampling, stdlib on top, stdlib stops, hw stops": """
+        H.start(1, "sample", 1); S.start()
+        assert hw_sees() and std_sees()
+        S.stop(); assert hw_sees()
+        H.stop(); assert not H.hooks_installed()
+    """,
+    "hw sampling, buried under stdlib, restarts exact: refused": """
+        H.start(1, "sample", 1); S.start(); H.stop()
+        try:
+            H.start(1, "exact")
+        except RuntimeError as exc:
+            assert "stop that tracer first" in str(exc), exc
+        else:
+            raise AssertionError("exact tracing under buried sampling hooks must raise")
+        H.start(1, "sample", 1); assert hw_sees() and std_sees()
+        S.stop(); H.stop()
+        H.start(1, "exact"); assert hw_sees(); H.stop()
+        assert not H.hooks_installed()
+    """,
+    "hw exact, stdlib on top, hw restarts sampling under it": """
+        H.start(); S.start(); H.stop()
+        H.start(1, "sample", 1); assert hw_sees() and std_sees()
+        S.stop(); H.stop(); assert not H.hooks_installed()
     """,
     "interleaved many times": """
         for i in range(20):
