@@ -111,7 +111,9 @@ def _check(core: ModuleType, expected: Expected) -> None:
         if frames[0] == site and size in expected
     }
     assert totals.keys() == expected.keys()
-    wrong = {size: (totals[size], depth) for size, depth in expected.items() if totals[size] != depth}
+    wrong = {
+        size: (totals[size], depth) for size, depth in expected.items() if totals[size] != depth
+    }
     assert not wrong, f"(traced, real) depths differ for {len(wrong)} allocations: {wrong}"
 
 

@@ -150,3 +150,19 @@ def test_snapshots_sweep_idle_tracebacks_and_drain_the_graveyard(core: ModuleTyp
     # ... which every snapshot runs, releasing their code objects too.
     assert stats["tracebacks"] < before + 50
     assert stats["graveyard"] < 10  # what died since the drain
+
+
+@pytest.mark.parametrize("nframe", [1, 25])
+def test_a_thread_never_reuses_a_released_traceback(core: ModuleType, nframe: int) -> None:
+    """Each thread caches its recent tracebacks (agent/csrc/thread.h); one
+    freed since (its code object released, then a sweep) must not come back,
+    even for a new function whose code lands where the old one was."""
+    core.start(nframe)
+    for i in range(200):
+        func = _compiled("def f(n):\n    return bytearray(n)\n", f"<reused-{i}>")
+        data = func(333)  # cached for this thread
+        frames = core.get_object_traceback(data)
+        assert frames is not None and frames[0] == (f"<reused-{i}>", 2), frames
+        del func, data
+        core.drain()  # releases the code object and frees the idle traceback
+    core._check_invariants()
