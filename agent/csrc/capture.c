@@ -260,7 +260,7 @@ verify_links(hw_pyframe_t **live, hw_pyframe_t **bottom)
 /* Continues a capture from top down with the memo, and leaves the live
  * chain from top down in it.  Returns -1, having captured nothing more, when
  * the memo cannot hold the stack: the caller walks plainly. */
-static __attribute__((noinline)) int
+static inline int
 walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *top,
                int max_nframe)
 {

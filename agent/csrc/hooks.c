@@ -366,26 +366,36 @@ hook_realloc(int d, int gil_domain, void *ptr, size_t size)
     return hook_realloc_slow(a, tls, gil_domain, ptr, size);
 }
 
-static void
+/* Returns the size of the trace removed at once, or SIZE_MAX. */
+static size_t
 forget_block(void *ptr, int gil_domain)
 {
     /* Untrack before freeing: once freed, the address may be reused and
      * traced by another thread. */
+    size_t size = SIZE_MAX;
     hw_lock();
     if (hw_tracer.tracing) {
-        hw_forget_unlocked((uintptr_t)ptr);
+        size = hw_forget_unlocked((uintptr_t)ptr);
     }
     size_t dead = hw_graveyard_len_unlocked();
     hw_unlock();
     if (gil_domain) {
         maybe_queue_drain(dead);
     }
+    return size;
 }
 
 static __attribute__((noinline, flatten)) void
 free_traced(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, int gil_domain)
 {
-    forget_block(ptr, gil_domain);
+    size_t size = forget_block(ptr, gil_domain);
+    if (!gil_domain || size <= HW_NESTING_THRESHOLD) {
+        /* Nothing nests: libc frees by itself, and pymalloc hands only its
+         * large blocks to PyMem_RawFree.  (Were it to, the nested free would
+         * find no trace left: the flag only spares it the lookup.) */
+        a->free(a->ctx, ptr);
+        return;
+    }
     uint32_t fast = hook_enter(tls);
     a->free(a->ctx, ptr);
     hook_leave(tls, fast);

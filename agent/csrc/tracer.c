@@ -207,19 +207,20 @@ put_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr, size_t size, hw
     hw_store_counter(&hw_tracer.recorded, hw_tracer.recorded + 1);
 }
 
-static int
+/* Returns the size of the trace it removed, or SIZE_MAX if there was none. */
+static size_t
 pop_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr)
 {
     hw_trace_t trace;
     if (!hw_traces_pop_unlocked(table, ptr, &trace)) {
-        return 0;
+        return SIZE_MAX;
     }
     hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces - 1);
     if (filtered(domain)) {
         hw_filter_add_unlocked(ptr, -1);
     }
     account_remove_unlocked(hw_tb_by_id_unlocked(trace.tb), trace.size);
-    return 1;
+    return trace.size;
 }
 
 static __attribute__((noinline)) void
@@ -285,14 +286,14 @@ hw_record_unlocked(uintptr_t ptr, size_t size, hw_capture_t *cap)
     queue_unlocked(ptr, tb, size);
 }
 
-void
+size_t
 hw_forget_unlocked(uintptr_t ptr)
 {
     if (!queued()) {
-        (void)pop_unlocked(&hw_tracer.traces, 0, ptr);
-        return;
+        return pop_unlocked(&hw_tracer.traces, 0, ptr);
     }
     queue_unlocked(ptr, NULL, 0);
+    return SIZE_MAX;
 }
 
 void
@@ -333,7 +334,7 @@ hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr)
 {
     hw_flush_unlocked();
     hw_traces_t *table = hw_domain_table_unlocked(domain, 0);
-    return table != NULL && pop_unlocked(table, domain, ptr);
+    return table != NULL && pop_unlocked(table, domain, ptr) != SIZE_MAX;
 }
 
 void

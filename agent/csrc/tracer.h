@@ -119,7 +119,9 @@ void hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp);
  *
  * A trace that cannot be recorded counts as dropped. */
 void hw_record_unlocked(uintptr_t ptr, size_t size, hw_capture_t *cap);
-void hw_forget_unlocked(uintptr_t ptr);
+/* Returns the size of the trace it removed at once, or SIZE_MAX: queued, or
+ * no trace. */
+size_t hw_forget_unlocked(uintptr_t ptr);
 /* Applies every queued change. */
 void hw_flush_unlocked(void);
 
