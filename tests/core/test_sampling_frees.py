@@ -101,17 +101,22 @@ PYMALLOC_COUNT = textwrap.dedent(
 )
 
 
-def test_pymalloc_keeps_counting_its_blocks_right() -> None:
-    """Raw-backed blocks go in and out through pymalloc's own fallback, so
-    sys.getallocatedblocks() stays as it is under exact tracing."""
-    result = subprocess.run(
-        [sys.executable, "-c", PYMALLOC_COUNT],
+def _run_fresh(code: str, allocator: str) -> subprocess.CompletedProcess[str]:
+    """The allocator chain is process state: a fresh interpreter per case."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
-        env={**os.environ, "PYTHONMALLOC": "pymalloc"},
+        env={**os.environ, "PYTHONMALLOC": allocator},
     )
+
+
+def test_pymalloc_keeps_counting_its_blocks_right() -> None:
+    """Raw-backed blocks go in and out through pymalloc's own fallback, so
+    sys.getallocatedblocks() stays as it is under exact tracing."""
+    result = _run_fresh(PYMALLOC_COUNT, "pymalloc")
     assert result.returncode == 0, result.stderr
     sampled, exact = (int(n) for n in result.stdout.split())
     assert abs(sampled - exact) <= 8, (sampled, exact)
@@ -139,12 +144,5 @@ OTHER_ALLOCATOR = textwrap.dedent(
 @pytest.mark.parametrize("allocator", ["malloc", "pymalloc_debug", "malloc_debug"])
 def test_sampling_over_other_allocators_hooks_every_free(allocator: str) -> None:
     """Without plain pymalloc below, every free goes through heapwatch."""
-    result = subprocess.run(
-        [sys.executable, "-c", OTHER_ALLOCATOR],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "PYTHONMALLOC": allocator},
-    )
+    result = _run_fresh(OTHER_ALLOCATOR, allocator)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
