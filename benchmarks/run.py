@@ -244,6 +244,12 @@ def run_job(job: Job, rnd: int, timeout: float) -> Outcome:
     if job.suite == "instructions":
         return run_instructions(job, rnd, timeout)
     cmd = [sys.executable, str(CHILD), job.suite, job.config, *job.argv]
+    if job.suite == "slowdown":
+        if rnd % 2:
+            cmd.append("--traced-first")
+        # heapwatch's ratios carry the targets: two blocks of four runs; the
+        # stdlib's, for comparison, one (its runs take seconds).
+        cmd += ["--blocks-of-runs", "2" if is_heapwatch(job.config) else "1"]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -413,15 +419,31 @@ class Report:
         self.targets.append((what, ok))
 
 
+def own_ratio(result: dict[str, Any], metric: str) -> float | None:
+    """A traced child's time over the untraced runs it made around it."""
+    base = result.get(f"untraced_{metric}")
+    return result[metric] / base if base else None
+
+
+def untraced_ratio(runs: dict[int, Any], base: dict[int, Any], metric: str) -> list[float]:
+    """Per-round ratios to untraced: the child's own (saved runs from before
+    children timed their own untraced runs: the untraced child's, same round)."""
+    own = [own_ratio(r, metric) for r in runs.values()]
+    if own and all(value is not None for value in own):
+        return [value for value in own if value is not None]
+    return paired(runs, base, lambda a, b: a[metric] / b[metric])
+
+
 def report_slowdown(outcomes: list[Outcome], plan: Plan, metric: str, rep: Report) -> None:
     groups = [jobs for jobs in plan.groups if jobs[0].suite == "slowdown"]
     if not groups:
         return
     rep.add(f"== Slowdown: one run of each workload per child, {metric} seconds ==")
     rep.add(
-        "x untraced, x stdlib (the stdlib at the same nframe): medians of per-round ratios, "
-        "IQR in brackets;\n+ns/alloc: (median - untraced median) / allocations traced in "
-        "exact mode"
+        "x untraced: each traced child's time over the untraced runs it made just before and "
+        "after, median over rounds, IQR in brackets;\nx stdlib: the same ratios, heapwatch's "
+        "over the stdlib's at the same nframe; +ns/alloc: (traced - untraced, median over "
+        "rounds) / allocations traced in exact mode"
     )
     headers = [
         "workload",
@@ -462,7 +484,7 @@ def report_slowdown(outcomes: list[Outcome], plan: Plan, metric: str, rep: Repor
             ]
             first = False
             entry: dict[str, Any] = {"seconds": times.as_dict()}
-            rel = Summary.of(paired(results[config], base, lambda a, b: a[metric] / b[metric]))
+            rel = Summary.of(untraced_ratio(results[config], base, metric))
             target, peer = CONFIGS[config][1], CONFIGS[config][2]
             if rel is not None and config != "untraced":
                 cells += [ratio(rel.median), f"[{ratio(rel.q1)}-{ratio(rel.q3)}]".replace("x", "")]
@@ -470,19 +492,29 @@ def report_slowdown(outcomes: list[Outcome], plan: Plan, metric: str, rep: Repor
             else:
                 cells += ["", ""]
             peer_results = results.get(peer) if peer else None
-            vs = (
-                Summary.of(
-                    paired(results[config], peer_results, lambda a, b: a[metric] / b[metric])
-                )
-                if peer_results
-                else None
-            )
+
+            def versus(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+                mine, theirs = own_ratio(a, metric), own_ratio(b, metric)
+                if mine is None or theirs is None:
+                    return float(a[metric] / b[metric])
+                return mine / theirs
+
+            vs = Summary.of(paired(results[config], peer_results, versus)) if peer_results else None
             if vs is not None:
                 cells.append(f"{vs.median:.3f}x")
                 entry["ratio_stdlib"] = vs.as_dict()
             else:
                 cells.append("")
-            if allocations and base_summary and config != "untraced":
+            own = [
+                r[metric] - r[f"untraced_{metric}"]
+                for r in results[config].values()
+                if f"untraced_{metric}" in r
+            ]
+            if allocations and own:
+                overhead = statistics.median(own) / allocations * 1e9
+                cells.append(f"{overhead:.0f}")
+                entry["ns_per_alloc"] = overhead
+            elif allocations and base_summary and config != "untraced":
                 overhead = (times.median - base_summary.median) / allocations * 1e9
                 cells.append(f"{overhead:.0f}")
                 entry["ns_per_alloc"] = overhead

@@ -27,7 +27,7 @@ static int installed;
  * debug hooks, no other tool's); GIL. */
 static int pymalloc_below;
 /* Which hooks are in the chain for MEM and OBJ: all of ours, or the
- * sampling set (see select_set); GIL. */
+ * sampling set (see install_set); GIL. */
 static int sampling_set_installed;
 /* Sampled MEM and OBJ blocks of 1 to 512 bytes are allocated above
  * pymalloc's threshold, so that pymalloc serves them from the raw allocator

@@ -145,12 +145,19 @@ account_remove_unlocked(hw_traceback_t *tb, size_t size)
 {
     uint64_t est, cnt;
     hw_weigh(size, &est, &cnt);
-    tb->ntraces--;
+    /* The count just stored is tested from the register: a compiler that
+     * reads it back merged with the next field, in one wider load, made the
+     * load wait for the store to retire (half of the free path's time in
+     * deep_stack). */
+    uint32_t left = tb->ntraces - 1;
+    tb->ntraces = left;
     tb->size -= est;
     tb->count_fp -= cnt;
     hw_tracer.traced -= est;
     hw_tracer.count_fp -= cnt;
-    hw_tb_release_if_unused_unlocked(tb);
+    if (left == 0 && tb->pins == 0 && tb->pending == 0 && !tb->idle) {
+        hw_tb_unused_unlocked(tb);
+    }
 }
 
 /* Whether the sampled-block filter counts the traces of a table: the hooks'
