@@ -6,6 +6,10 @@
 #include "mem.h"
 #include "thread.h"
 
+/* Frames walked link by link before the memo takes over: on shallow stacks
+ * the walk costs less than the memo's lookup and bookkeeping. */
+#define PLAIN_STEPS 4
+
 /* Deeper stacks are walked frame by frame, without a memo. */
 #define MEMO_MAX_DEPTH (1u << 16)
 #define MEMO_MIN_CAP 64u
@@ -19,6 +23,10 @@ typedef struct hw_memo {
     uint32_t *index;        /* hash of a frame address -> position + 1, 0 when empty */
     uint32_t cap;           /* entries of chain and of scratch; index has 2 * cap */
     uint32_t written;
+    /* The last capture's whole stack is chain[0, last_depth), its innermost
+     * frame last: the frames it walked plainly sit above those it verified,
+     * not indexed.  0 when that capture did not go through the memo. */
+    uint32_t last_depth;
     int index_shift;
 } memo_t;
 
@@ -185,40 +193,64 @@ verify_links(hw_pyframe_t **live, hw_pyframe_t **bottom)
 {
 #if defined(__x86_64__)
     /* Three instructions a link: load the entry below, compare it with the
-     * link read through the entry above, branch.  Eight links a round. */
+     * link read through the entry above, branch.  Eight links a round; the
+     * last 0 to 7 links enter a round part-way (a jump table), as if it
+     * started 8 entries above the bottom. */
     hw_pyframe_t *above = *live;
     hw_pyframe_t *next;
-    __asm__("1:\n\t"
-            "mov %[live], %[next]\n\t"
-            "sub %[bottom], %[next]\n\t"
-            "cmp $64, %[next]\n\t"
-            "jb 3f\n\t"
+    uintptr_t tmp;
+    uintptr_t table;
+    __asm__("cmp %[limit], %[live]\n\t"
+            "jb 3f\n"
+            "1:\n\t"
             "mov -8(%[live]), %[next]\n\t"
             "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 4f\n\t"
+            "jne 4f\n"
+            "22:\n\t"
             "mov -16(%[live]), %[above]\n\t"
             "cmp %c[off](%[next]), %[above]\n\t"
-            "jne 11f\n\t"
+            "jne 11f\n"
+            "23:\n\t"
             "mov -24(%[live]), %[next]\n\t"
             "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 12f\n\t"
+            "jne 12f\n"
+            "24:\n\t"
             "mov -32(%[live]), %[above]\n\t"
             "cmp %c[off](%[next]), %[above]\n\t"
-            "jne 13f\n\t"
+            "jne 13f\n"
+            "25:\n\t"
             "mov -40(%[live]), %[next]\n\t"
             "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 14f\n\t"
+            "jne 14f\n"
+            "26:\n\t"
             "mov -48(%[live]), %[above]\n\t"
             "cmp %c[off](%[next]), %[above]\n\t"
-            "jne 15f\n\t"
+            "jne 15f\n"
+            "27:\n\t"
             "mov -56(%[live]), %[next]\n\t"
             "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 16f\n\t"
+            "jne 16f\n"
+            "28:\n\t"
             "mov -64(%[live]), %[above]\n\t"
             "cmp %c[off](%[next]), %[above]\n\t"
             "jne 17f\n\t"
             "sub $64, %[live]\n\t"
-            "jmp 1b\n"
+            "cmp %[limit], %[live]\n\t"
+            "jae 1b\n"
+            /* r links left (0 to 7): enter at link 9 - r of a round whose
+             * live is 8 entries above the bottom.  Odd links read the entry
+             * above from %[above], even ones from %[next]. */
+            "3:\n\t"
+            "mov %[live], %[tmp]\n\t"
+            "sub %[bottom], %[tmp]\n\t"
+            "jz 4f\n\t"
+            "lea 64(%[bottom]), %[live]\n\t"
+            "mov %[above], %[next]\n\t"
+            "shr $1, %[tmp]\n\t"
+            "lea 9f(%%rip), %[table]\n\t"
+            "movslq (%[table],%[tmp]), %[tmp]\n\t"
+            "add %[table], %[tmp]\n\t"
+            "jmp *%[tmp]\n"
             /* A mismatch at link k (1-based) proved k - 1 entries below. */
             "17:\n\t"
             "sub $8, %[live]\n"
@@ -234,19 +266,22 @@ verify_links(hw_pyframe_t **live, hw_pyframe_t **bottom)
             "sub $8, %[live]\n"
             "11:\n\t"
             "sub $8, %[live]\n\t"
-            "jmp 4f\n"
-            "3:\n\t"
-            "cmp %[bottom], %[live]\n\t"
-            "je 4f\n\t"
-            "mov -8(%[live]), %[next]\n\t"
-            "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 4f\n\t"
-            "mov %[next], %[above]\n\t"
-            "sub $8, %[live]\n\t"
-            "jmp 3b\n"
+            "jmp 4f\n\t"
+            /* By r, 4 bytes an entry: where r links left start. */
+            ".p2align 2\n"
+            "9:\n\t"
+            ".long 4f - 9b\n\t"
+            ".long 28b - 9b\n\t"
+            ".long 27b - 9b\n\t"
+            ".long 26b - 9b\n\t"
+            ".long 25b - 9b\n\t"
+            ".long 24b - 9b\n\t"
+            ".long 23b - 9b\n\t"
+            ".long 22b - 9b\n"
             "4:"
-            : [live] "+r"(live), [above] "+r"(above), [next] "=&r"(next)
-            : [bottom] "r"(bottom), [off] "i"(HW_FRAME_BACK_OFFSET)
+            : [live] "+r"(live), [above] "+r"(above), [next] "=&r"(next), [tmp] "=&r"(tmp),
+              [table] "=&r"(table)
+            : [bottom] "r"(bottom), [limit] "r"(bottom + 8), [off] "i"(HW_FRAME_BACK_OFFSET)
             : "cc", "memory");
     return live;
 #else
@@ -262,7 +297,7 @@ verify_links(hw_pyframe_t **live, hw_pyframe_t **bottom)
  * the memo cannot hold the stack: the caller walks plainly. */
 static inline int
 walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *top,
-               int max_nframe)
+               int max_nframe, uint32_t *chain_depth)
 {
     /* Frames above the first one the memo knows. */
     uint32_t nfresh = 0;
@@ -298,11 +333,12 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
     if (HW_LIKELY(hit && low == 0 && ntail == 0 && nfresh == 0)) {
         /* The stack the memo holds, verified: nothing to update. */
         capture_from_chain(cap, total, memo->chain, pos + 1, max_nframe);
+        *chain_depth = pos + 1;
         return 0;
     }
     uint32_t kept = hit ? pos - low + 1 : 0;
     uint32_t depth = ntail + kept + nfresh;
-    if (memo_reserve(memo, depth) < 0) {
+    if (memo_reserve(memo, depth + PLAIN_STEPS) < 0) {
         return -1;
     }
     hw_pyframe_t **chain = memo->chain;
@@ -324,6 +360,7 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
         memo->written = depth;
     }
     capture_from_chain(cap, total, chain, depth, max_nframe);
+    *chain_depth = depth;
     return 0;
 }
 
@@ -331,7 +368,7 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
  * max_steps frames.  Returns where it stopped (NULL at the bottom). */
 static inline hw_pyframe_t *
 walk_plain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *frame, int max_nframe,
-           uint32_t max_steps)
+           uint32_t max_steps, hw_pyframe_t **walked)
 {
     hw_frame_t *out = cap->frames + cap->nframe;
     hw_frame_t *const end = cap->frames + max_nframe;
@@ -339,6 +376,9 @@ walk_plain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *frame, int max_nfra
     for (uint32_t steps = 0; frame != NULL; frame = hw_frame_back(frame), steps++) {
         if (steps == max_steps) {
             break;
+        }
+        if (walked != NULL) {
+            walked[steps] = frame;
         }
         if (!hw_frame_counts_below(frame)) {
             continue;
@@ -356,9 +396,45 @@ walk_plain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *frame, int max_nfra
     return frame;
 }
 
-/* Frames walked link by link before the memo takes over: on shallow stacks
- * the walk costs less than the memo's lookup and bookkeeping. */
-#define PLAIN_STEPS 4
+/* Puts the PLAIN_STEPS frames a capture walked plainly above the depth
+ * frames the memo verified below them: the next capture from the same
+ * innermost frame verifies the whole stack at once. */
+static inline void
+remember_plain(memo_t *memo, uint32_t depth, hw_pyframe_t *const *walked)
+{
+    if (depth + PLAIN_STEPS > memo->cap) {
+        return; /* no room without allocating: the next capture walks */
+    }
+    hw_pyframe_t **above = memo->chain + depth;
+    for (uint32_t i = 0; i < PLAIN_STEPS; i++) {
+        above[i] = walked[PLAIN_STEPS - 1 - i];
+    }
+    depth += PLAIN_STEPS;
+    if (depth > memo->written) {
+        memo->written = depth;
+    }
+    memo->last_depth = depth;
+}
+
+/* Captures the stack at once when it starts where the last one started and
+ * all its links still hold: allocations in a row from one frame, the common
+ * case, neither walk nor look up the top frames.  Returns 0, having
+ * captured nothing, when the stack is another. */
+static inline int
+try_last_stack(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *top,
+               int max_nframe)
+{
+    hw_pyframe_t **chain = memo->chain;
+    hw_pyframe_t **innermost = &chain[memo->last_depth - 1];
+    if (*innermost != top) {
+        return 0;
+    }
+    if (verify_links(innermost, chain) != chain || hw_frame_back(chain[0]) != NULL) {
+        return 0;
+    }
+    capture_from_chain(cap, total, chain, memo->last_depth, max_nframe);
+    return 1;
+}
 
 int
 hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe)
@@ -387,16 +463,31 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe
         return 0;
     }
     uint32_t total = 0;
-    frame = walk_plain(cap, &total, frame, max_nframe, PLAIN_STEPS);
+    hw_thread_t *thread = hw_thread_if_any();
+    memo_t *memo = thread != NULL ? thread->memo : NULL;
+    if (memo != NULL && memo->last_depth != 0 &&
+        try_last_stack(memo, cap, &total, frame, max_nframe)) {
+        cap->total_nframe = (uint16_t)(total > UINT16_MAX ? UINT16_MAX : total);
+        return 0;
+    }
+    hw_pyframe_t *walked[PLAIN_STEPS];
+    frame = walk_plain(cap, &total, frame, max_nframe, PLAIN_STEPS, walked);
+    if (memo != NULL) {
+        memo->last_depth = 0;
+    }
     if (frame != NULL) {
-        hw_thread_t *thread = hw_thread();
-        memo_t *memo = thread != NULL ? thread->memo : NULL;
+        if (thread == NULL) {
+            thread = hw_thread();
+        }
         if (HW_UNLIKELY(memo == NULL) && thread != NULL) {
             memo = thread->memo = memo_create();
         }
+        uint32_t depth;
         if (memo == NULL ||
-            walk_with_memo(memo, cap, &total, frame, max_nframe) < 0) {
-            walk_plain(cap, &total, frame, max_nframe, UINT32_MAX);
+            walk_with_memo(memo, cap, &total, frame, max_nframe, &depth) < 0) {
+            walk_plain(cap, &total, frame, max_nframe, UINT32_MAX, NULL);
+        } else {
+            remember_plain(memo, depth, walked);
         }
     }
     cap->total_nframe = (uint16_t)(total > UINT16_MAX ? UINT16_MAX : total);
