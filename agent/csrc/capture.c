@@ -166,15 +166,13 @@ capture_from_chain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *const *chai
         }
     }
     uint32_t captured = (uint32_t)(out - (cap->frames + cap->nframe));
-    uint32_t below = (uint32_t)(next - chain);
 #if HW_EVERY_FRAME_COUNTS
-    *total += captured + below;
+    *total += captured + (uint32_t)(next - chain);
 #else
     uint32_t counted = 0;
     while (next > chain) {
         counted += (uint32_t)hw_frame_counts_below(*--next);
     }
-    (void)below;
     *total += captured + counted;
 #endif
     cap->nframe = (int)(out - cap->frames);

@@ -26,13 +26,11 @@ static int installed;
 /* The allocator under our hooks was plain pymalloc when they went in (no
  * debug hooks, no other tool's); GIL. */
 static int pymalloc_below;
-/* Which hooks are in the chain for MEM and OBJ: all of ours, or the
- * sampling set (see install_set); GIL. */
-static int sampling_set_installed;
-/* Sampled MEM and OBJ blocks of 1 to 512 bytes are allocated above
- * pymalloc's threshold, so that pymalloc serves them from the raw allocator
- * and frees them through it, that is through our RAW hook: true while the
- * sampling set is installed.  Written with the GIL, read by the hooks. */
+/* The sampling set is in the chain for MEM and OBJ (see install_set), not
+ * all of our hooks; so sampled MEM and OBJ blocks of 1 to 512 bytes are
+ * allocated above pymalloc's threshold, that pymalloc serves them from the
+ * raw allocator and frees them through it, that is through our RAW hook.
+ * Written with the GIL, read by the hooks. */
 static int raw_backed;
 /* A pending call to drain the graveyard is queued; atomic. */
 static int drain_queued;
@@ -497,7 +495,6 @@ install_set(int sampling_set)
         }
         PyMem_SetAllocator(py_domains[d], &hook);
     }
-    sampling_set_installed = sampling_set;
     __atomic_store_n(&raw_backed, sampling_set, __ATOMIC_RELAXED);
 }
 
@@ -520,7 +517,7 @@ hw_hooks_install(int sampling)
 {
     if (installed) {
         int want = sampling && pymalloc_below;
-        if (want == sampling_set_installed) {
+        if (want == raw_backed) {
             return 0;
         }
         if (on_top()) {

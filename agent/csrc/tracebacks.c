@@ -406,6 +406,28 @@ tb_create_unlocked(const tb_key_t *key, uint64_t hash)
     return tb;
 }
 
+/* A traceback taken for a new trace is in use again: no longer idle. */
+static inline void
+tb_wake_unlocked(hw_traceback_t *tb)
+{
+    if (tb->idle) {
+        tb->idle = 0;
+        idle_count--;
+    }
+}
+
+/* The interned traceback of key, created if new; NULL when out of memory. */
+static inline hw_traceback_t *
+find_or_create_unlocked(const tb_key_t *key, uint64_t hash)
+{
+    hw_traceback_t *tb = tb_find_unlocked(hash, key);
+    if (HW_UNLIKELY(tb == NULL)) {
+        return tb_create_unlocked(key, hash);
+    }
+    tb_wake_unlocked(tb);
+    return tb;
+}
+
 /* The rare parts of interning: a capture without frames or without the
  * GIL, the first traceback ever. */
 static HW_COLD hw_traceback_t *
@@ -430,15 +452,7 @@ intern_slow_unlocked(uint32_t domain, hw_capture_t *cap)
     }
     hw_traceback_t *tb = NULL;
     if (initialized || hw_tb_init_unlocked() == 0) {
-        uint64_t hash = hash_frames(&key);
-        tb = tb_find_unlocked(hash, &key);
-        if (tb == NULL) {
-            tb = tb_create_unlocked(&key, hash);
-        }
-        else if (tb->idle) {
-            tb->idle = 0;
-            idle_count--;
-        }
+        tb = find_or_create_unlocked(&key, hash_frames(&key));
     }
     if (tb == NULL && cap->foreign) {
         for (int i = 0; i < cap->nframe; i++) {
@@ -473,25 +487,11 @@ hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
     hw_traceback_t *tb;
     if (thread != NULL && thread->tbcache[way].gen == tb_generation &&
         (tb = thread->tbcache[way].tb) != NULL && tb_eq(tb, &key)) {
-        if (tb->idle) {
-            tb->idle = 0;
-            idle_count--;
-        }
+        tb_wake_unlocked(tb);
         return tb;
     }
-    uint64_t hash = hash_frames(&key);
-    tb = tb_find_unlocked(hash, &key);
-    if (HW_UNLIKELY(tb == NULL)) {
-        tb = tb_create_unlocked(&key, hash);
-        if (tb == NULL) {
-            return NULL;
-        }
-    }
-    else if (tb->idle) {
-        tb->idle = 0;
-        idle_count--;
-    }
-    if (thread != NULL) {
+    tb = find_or_create_unlocked(&key, hash_frames(&key));
+    if (tb != NULL && thread != NULL) {
         thread->tbcache[way].tb = tb;
         thread->tbcache[way].gen = tb_generation;
     }

@@ -72,10 +72,17 @@ hw_traceback_t *hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap);
 /* Marks tb idle if neither traces, queued inserts nor snapshots refer to it
  * any more (a detached one is freed at once); sweeps when idle ones pile up. */
 void hw_tb_unused_unlocked(hw_traceback_t *tb);
+/* Whether hw_tb_unused_unlocked(tb) is due, tb having ntraces traces (a
+ * caller that just stored the count passes it from its register). */
+static inline int
+hw_tb_newly_unused(const hw_traceback_t *tb, uint32_t ntraces)
+{
+    return ntraces == 0 && tb->pins == 0 && tb->pending == 0 && !tb->idle;
+}
 static inline void
 hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
 {
-    if (tb->ntraces == 0 && tb->pins == 0 && tb->pending == 0 && !tb->idle) {
+    if (hw_tb_newly_unused(tb, tb->ntraces)) {
         hw_tb_unused_unlocked(tb);
     }
 }

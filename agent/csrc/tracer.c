@@ -155,7 +155,7 @@ account_remove_unlocked(hw_traceback_t *tb, size_t size)
     tb->count_fp -= cnt;
     hw_tracer.traced -= est;
     hw_tracer.count_fp -= cnt;
-    if (left == 0 && tb->pins == 0 && tb->pending == 0 && !tb->idle) {
+    if (hw_tb_newly_unused(tb, left)) {
         hw_tb_unused_unlocked(tb);
     }
 }

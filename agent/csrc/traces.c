@@ -100,8 +100,9 @@ rehash(hw_traces_t *t, size_t capacity)
     return 0;
 }
 
-/* Put a raw slot value; returns 0 insert, 1 replace (*old = previous slot), -1 OOM. */
-static int
+/* Put a raw slot value; returns 0 insert, 1 replace (*old = previous slot), -1 OOM.
+ * One probe, but after growing the table. */
+static inline int
 put_slot(hw_traces_t *t, uintptr_t ptr, uint32_t tb, uint32_t size, hw_slot_t *old)
 {
     size_t i = probe(t, ptr);
@@ -264,30 +265,21 @@ hw_traces_put_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, 
     if (__builtin_expect(size >= HW_SIZE_BIG, 0)) {
         return put_big(t, ptr, tb, size, old);
     }
-    /* Grow first, so that one probe finds the slot to replace or fill. */
-    if ((t->count + 1) * 4 > (t->mask + 1) * 3 && rehash(t, (t->mask + 1) * 2) < 0) {
-        return -1;
+    hw_slot_t prev;
+    int res = put_slot(t, ptr, tb, (uint32_t)size, &prev);
+    if (__builtin_expect(res != 1, 1)) {
+        return res;
     }
-    hw_slot_t *slot = &t->slots[probe(t, ptr)];
-    if (slot->ptr == ptr) {
-        old->ptr = ptr;
-        old->tb = slot->tb;
-        if (__builtin_expect(slot->size == HW_SIZE_BIG, 0)) {
-            old->size = big_size(t, ptr);
-            drop_big(t, ptr);
-        }
-        else {
-            old->size = slot->size;
-        }
-        slot->tb = tb;
-        slot->size = (uint32_t)size;
-        return 1;
+    old->ptr = ptr;
+    old->tb = prev.tb;
+    if (__builtin_expect(prev.size == HW_SIZE_BIG, 0)) {
+        old->size = big_size(t, ptr); /* the side table still has it */
+        drop_big(t, ptr);
     }
-    slot->ptr = ptr;
-    slot->tb = tb;
-    slot->size = (uint32_t)size;
-    t->count++;
-    return 0;
+    else {
+        old->size = prev.size;
+    }
+    return 1;
 }
 
 int
