@@ -45,6 +45,10 @@ TOP = 10
 # window, so that a site seen in one or two cycles (a young process, a site
 # that just entered the top N) is not called a leak.
 LEAK_MIN_INCREASES = 5
+# In sample mode a leaking site may lose a sample now and then (a sampled
+# container array resized into an unsampled block); at most one move in this
+# many may be down, as in HeapwatchLeakSuspect.
+SAMPLED_MOVES_PER_SHRINK = 4
 
 
 def traced_memory_queries() -> dict[str, str]:
@@ -79,18 +83,19 @@ def fastest_growing_query() -> str:
 
 
 def leak_suspects_query() -> str:
-    """Sites that grew in every agent cycle seen in the window; the value is
-    the site's growth rate in bytes per second (least-squares slope)."""
+    """Sites that grew in every agent cycle seen in the window (in sample
+    mode: in at least three of four moves); the value is the site's growth
+    rate in bytes per second (least-squares slope)."""
     size = f"heapwatch_lineno_size_bytes{{{SITES}}}[$__range]"
     growth = f"heapwatch_lineno_growth_bytes{{{SITES}}}[$__range]"
     return (
-        f"deriv({size})\n"
-        f"and resets({size}) == 0\n"
+        f"deriv({size}) > 0\n"
         f"and changes({size}) >= {LEAK_MIN_INCREASES}\n"
         "and (\n"
-        f"    min_over_time({growth}) > 0\n"
+        f"    resets({size}) == 0\n"
+        f"    and min_over_time({growth}) > 0\n"
         "  or\n"
-        f"    min_over_time({growth}) >= 0\n"
+        f"    resets({size}) * {SAMPLED_MOVES_PER_SHRINK} <= changes({size})\n"
         f"    and on (job, instance) heapwatch_sample_interval_bytes{{{SELECTOR}}} > 0\n"
         ")"
     )
@@ -304,9 +309,10 @@ def leak_suspects_panel() -> table.Panel:
         .title("Leak suspects")
         .description(
             "Sites that grew in every agent cycle seen in the selected time range "
-            f"(in sample mode: never shrank), with at least {LEAK_MIN_INCREASES} "
-            "increases; growth is their rate in bytes per second. Narrow the time "
-            "range to ask about a shorter window; the HeapwatchLeakSuspect alert "
+            "(in sample mode: in at least three of four moves), with at least "
+            f"{LEAK_MIN_INCREASES} increases; growth is their rate in bytes per second. "
+            "Narrow the time range to ask about a shorter window; the "
+            "HeapwatchLeakSuspect alert "
             "asks the same over 30 minutes. Take a dump of the instance to see "
             "the tracebacks."
         )

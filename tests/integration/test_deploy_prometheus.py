@@ -131,6 +131,7 @@ MUTATIONS = {
     "<other> counted as a site": (r'code_file_path!="<other>"', 'code_file_path!="-"'),
     "exact mode may pause": (r"\[30m\]\) > 0", "[30m]) >= 0"),
     "one step is enough": (r"\) >= 3", ") >= 0"),
+    "sample mode may shrink often": (r"\) \* 4", ") * 1"),
     "sample branch for all": (
         r"heapwatch_sample_interval_bytes > 0",
         "heapwatch_sample_interval_bytes >= 0",

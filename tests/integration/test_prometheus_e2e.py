@@ -300,6 +300,7 @@ def test_variables_list_the_job_and_instances(stack: Stack) -> None:
 
 
 def test_sample_mode_leak_is_a_suspect(stack: Stack) -> None:
-    """Sample mode: the leaking line's estimate moves by samples, never down."""
+    """Sample mode: the leaking line's estimate moves by samples, now and then
+    down (a sampled array of _ORDERS resized into an unsampled block)."""
     rows = stack.wait_for_leak(stack.demos["sample"], 60)
     assert site_of(rows[0]) == ("demo_service.py", str(leaking_line()))
