@@ -32,6 +32,9 @@ static int pymalloc_below;
  * raw allocator and frees them through it, that is through our RAW hook.
  * Written with the GIL, read by the hooks. */
 static int raw_backed;
+/* MEM's and OBJ's hooks in the chain are ours (with the sampling fast
+ * path), not ours_exact; GIL. */
+static int sampling_hooks;
 /* A pending call to drain the graveyard is queued; atomic. */
 static int drain_queued;
 /* Fork handlers registered; GIL. */
@@ -128,12 +131,15 @@ maybe_traced(int state, const void *ptr)
 
 /* Whether a new block of size bytes is to be recorded. */
 static inline int
-wants_record(int state, hw_tls_t *tls, size_t size)
+wants_record(int state, hw_tls_t *tls, size_t size, int gil_domain)
 {
     if (!(state & HW_STATE_RECORDING)) {
         return 0;
     }
-    return !(state & HW_STATE_SAMPLE) || hw_sample_take(tls, size);
+    if (!(state & HW_STATE_SAMPLE)) {
+        return 1;
+    }
+    return gil_domain ? hw_gil_sample_take(size) : hw_sample_take(tls, size);
 }
 
 /* pymalloc serves MEM and OBJ requests up to this size itself; larger ones
@@ -158,7 +164,8 @@ raw_backs(size_t size)
     ((zeroed) ? (a)->calloc((a)->ctx, (nelem), (elsize)) : (a)->malloc((a)->ctx, (elsize)))
 
 /* Marks the calling thread inside our hooks, so that nested calls pass
- * through; the sampling fast path closes meanwhile (see sampling.h).
+ * through: RAW's sampling fast path closes meanwhile (see sampling.h), and
+ * MEM's and OBJ's slow paths check the flag before anything else.
  * Returns what hook_leave() restores: a stale value is harmless. */
 static inline uint32_t
 hook_enter(hw_tls_t *tls)
@@ -200,11 +207,12 @@ alloc_flagged(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem
     return ptr;
 }
 
-/* Sample mode, recording, off the fast path: a thread not seeded yet, or
- * not on the fast path since it was published.  Opens it for the thread. */
+/* RAW, sample mode, recording, off the fast path: a thread not seeded yet,
+ * or not on the fast path since it was published.  Opens it for the
+ * thread. */
 static __attribute__((noinline)) void *
-alloc_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, int zeroed,
-                  size_t nelem, size_t elsize)
+alloc_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem,
+                  size_t elsize)
 {
     /* Loaded before hw_sample_take() reads the generation (see sampling.h). */
     uint32_t fast = __atomic_load_n(&hw_fast_word, __ATOMIC_ACQUIRE);
@@ -215,43 +223,76 @@ alloc_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, int 
     if (!(fast & HW_FAST_CLOSED)) {
         tls->fast = fast;
     }
-    if (!record && (!gil_domain || size <= HW_NESTING_THRESHOLD)) {
+    if (!record) {
         return CALL_ALLOC(a, zeroed, nelem, elsize);
     }
-    return alloc_flagged(a, tls, zeroed, nelem, elsize, record, gil_domain);
+    return alloc_flagged(a, tls, zeroed, nelem, elsize, 1, 0);
 }
 
 static __attribute__((noinline)) void *
-alloc_sample_point(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, int zeroed,
-                   size_t nelem, size_t elsize)
+alloc_sample_point(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem,
+                   size_t elsize)
 {
     /* The countdown is already charged: a sample point if it ran out. */
     int record = tls->countdown > 0 ? 0 : hw_sample_slow(tls, 0);
-    return alloc_flagged(a, tls, zeroed, nelem, elsize, record, gil_domain);
+    return alloc_flagged(a, tls, zeroed, nelem, elsize, record, 0);
 }
 
+/* MEM or OBJ, sample mode, recording, off the fast path: a sample point, or
+ * a block larger than pymalloc serves, which nests into PyMem_RawMalloc. */
+static __attribute__((noinline)) void *
+alloc_gil_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem,
+                      size_t elsize)
+{
+    size_t size = nelem * elsize; /* a wrapped calloc product: as above */
+    int record = hw_gil_sample_take(size);
+    if (!record && size <= HW_NESTING_THRESHOLD) {
+        return CALL_ALLOC(a, zeroed, nelem, elsize);
+    }
+    return alloc_flagged(a, tls, zeroed, nelem, elsize, record, 1);
+}
+
+/* The fast paths of MEM and OBJ pass on the ctx they were called with: our
+ * hooks are installed with the wrapped allocator's ctx as their own
+ * (install_set) and called with the GIL, never during a swap.  The RAW hook
+ * may be called during one without the GIL, so it reads the saved ctx. */
+/* sampling: MEM's and OBJ's fast path is compiled in (the hooks installed
+ * for sample mode); without it the slow path still samples, only slower. */
 static inline __attribute__((always_inline)) void *
-hook_alloc(int d, int gil_domain, int zeroed, size_t nelem, size_t elsize)
+hook_alloc(int d, int gil_domain, int sampling, void *ctx, int zeroed, size_t nelem,
+           size_t elsize)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
-    hw_tls_t *tls = &hw_tls;
-    if (HW_LIKELY(hw_on_fast_path(tls))) {
-        /* Sample mode, recording, seeded, not inside a hook (see sampling.h). */
+    if (gil_domain && sampling) {
+        /* Sample mode, recording, not a sample point, nothing can nest (see
+         * hw_gil_countdown): a tail call, touching nothing thread-local. */
         size_t size = nelem * elsize;
-        tls->countdown -= (int64_t)size;
-        if (HW_LIKELY(tls->countdown > 0) && (!gil_domain || size <= HW_NESTING_THRESHOLD)) {
-            /* Nothing to record and nothing can nest: a tail call without
-             * touching the re-entrancy flag. */
+        if (HW_LIKELY(size <= HW_NESTING_THRESHOLD)) {
+            int64_t left = hw_gil_countdown_load() - (int64_t)size;
+            if (HW_LIKELY(left > 0)) {
+                hw_gil_countdown_store(left);
+                return zeroed ? a->calloc(ctx, nelem, elsize) : a->malloc(ctx, elsize);
+            }
+        }
+    }
+    hw_tls_t *tls = &hw_tls;
+    if (!gil_domain && HW_LIKELY(hw_on_fast_path(tls))) {
+        /* Sample mode, recording, seeded, not inside a hook (see sampling.h). */
+        tls->countdown -= (int64_t)(nelem * elsize);
+        if (HW_LIKELY(tls->countdown > 0)) {
+            /* Nothing to record and nothing nests in libc: a tail call
+             * without touching the re-entrancy flag. */
             return CALL_ALLOC(a, zeroed, nelem, elsize);
         }
-        return alloc_sample_point(a, tls, gil_domain, zeroed, nelem, elsize);
+        return alloc_sample_point(a, tls, zeroed, nelem, elsize);
     }
     int state = hw_load_int(&hw_tracer.hook_state);
     if (tls->reentrant || !(state & HW_STATE_RECORDING)) {
         return CALL_ALLOC(a, zeroed, nelem, elsize);
     }
     if (state & HW_STATE_SAMPLE) {
-        return alloc_sample_slow(a, tls, gil_domain, zeroed, nelem, elsize);
+        return gil_domain ? alloc_gil_sample_slow(a, tls, zeroed, nelem, elsize)
+                          : alloc_sample_slow(a, tls, zeroed, nelem, elsize);
     }
     return alloc_flagged(a, tls, zeroed, nelem, elsize, 1, gil_domain);
 }
@@ -313,14 +354,15 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
     return ptr2;
 }
 
-/* A realloc that records nothing and forgets nothing: the old block was not
- * sampled and the countdown does not run out. */
+/* A MEM or OBJ realloc that records nothing and forgets nothing: the old
+ * block was not sampled and the countdown (already charged) did not run
+ * out. */
 static __attribute__((noinline)) void *
-realloc_unsampled(const PyMemAllocatorEx *a, hw_tls_t *tls, void *ptr, size_t size)
+realloc_unsampled(const PyMemAllocatorEx *a, void *ctx, void *ptr, size_t size)
 {
-    tls->countdown -= (int64_t)size;
+    hw_tls_t *tls = &hw_tls;
     uint32_t fast = hook_enter(tls); /* pymalloc may hand the block to PyMem_RawRealloc */
-    void *ptr2 = a->realloc(a->ctx, ptr, size);
+    void *ptr2 = a->realloc(ctx, ptr, size);
     hook_leave(tls, fast);
     return ptr2;
 }
@@ -335,7 +377,7 @@ hook_realloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, void
     }
     uint32_t fast = hook_enter(tls);
     int was_traced = ptr != NULL && maybe_traced(state, ptr);
-    int record = wants_record(state, tls, size);
+    int record = wants_record(state, tls, size, gil_domain);
     void *ptr2;
     if (!was_traced && !record) {
         ptr2 = a->realloc(a->ctx, ptr, size);
@@ -348,20 +390,29 @@ hook_realloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, void
 }
 
 static inline __attribute__((always_inline)) void *
-hook_realloc(int d, int gil_domain, void *ptr, size_t size)
+hook_realloc(int d, int gil_domain, int sampling, void *ctx, void *ptr, size_t size)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
+    if (gil_domain && !sampling) {
+        return hook_realloc_slow(a, &hw_tls, 1, ptr, size);
+    }
+    if (gil_domain) {
+        int64_t left = hw_gil_countdown_load();
+        if (HW_LIKELY(left > 0 && size < (uint64_t)left) &&
+            HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
+            hw_gil_countdown_store(left - (int64_t)size);
+            return realloc_unsampled(a, ctx, ptr, size);
+        }
+        return hook_realloc_slow(a, &hw_tls, 1, ptr, size);
+    }
     hw_tls_t *tls = &hw_tls;
     if (HW_LIKELY(hw_on_fast_path(tls)) &&
         HW_LIKELY(tls->countdown > 0 && size < (uint64_t)tls->countdown) &&
         HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
-        if (!gil_domain) {
-            tls->countdown -= (int64_t)size;
-            return a->realloc(a->ctx, ptr, size);
-        }
-        return realloc_unsampled(a, tls, ptr, size);
+        tls->countdown -= (int64_t)size;
+        return a->realloc(a->ctx, ptr, size);
     }
-    return hook_realloc_slow(a, tls, gil_domain, ptr, size);
+    return hook_realloc_slow(a, tls, 0, ptr, size);
 }
 
 /* Returns the size of the trace removed at once, or SIZE_MAX. */
@@ -424,36 +475,49 @@ hook_free(int d, int gil_domain, void *ptr)
     free_traced(a, tls, ptr, gil_domain);
 }
 
-#define DEFINE_HOOKS(NAME, D, GIL)                                                   \
+#define DEFINE_ALLOC_HOOKS(NAME, D, GIL, SAMPLING)                                   \
     static void *NAME##_malloc(void *ctx, size_t size)                               \
     {                                                                                \
-        (void)ctx;                                                                   \
-        return hook_alloc(D, GIL, 0, 1, size);                                       \
+        return hook_alloc(D, GIL, SAMPLING, ctx, 0, 1, size);                        \
     }                                                                                \
     static void *NAME##_calloc(void *ctx, size_t nelem, size_t elsize)               \
     {                                                                                \
-        (void)ctx;                                                                   \
-        return hook_alloc(D, GIL, 1, nelem, elsize);                                 \
+        return hook_alloc(D, GIL, SAMPLING, ctx, 1, nelem, elsize);                  \
     }                                                                                \
     static void *NAME##_realloc(void *ctx, void *ptr, size_t size)                   \
     {                                                                                \
-        (void)ctx;                                                                   \
-        return hook_realloc(D, GIL, ptr, size);                                      \
-    }                                                                                \
+        return hook_realloc(D, GIL, SAMPLING, ctx, ptr, size);                       \
+    }
+
+#define DEFINE_FREE_HOOK(NAME, D, GIL)                                               \
     static void NAME##_free(void *ctx, void *ptr)                                    \
     {                                                                                \
         (void)ctx;                                                                   \
         hook_free(D, GIL, ptr);                                                      \
     }
 
-DEFINE_HOOKS(raw, D_RAW, 0)
-DEFINE_HOOKS(mem, D_MEM, 1)
-DEFINE_HOOKS(obj, D_OBJ, 1)
+DEFINE_ALLOC_HOOKS(raw, D_RAW, 0, 1)
+DEFINE_ALLOC_HOOKS(mem, D_MEM, 1, 1)
+DEFINE_ALLOC_HOOKS(obj, D_OBJ, 1, 1)
+DEFINE_ALLOC_HOOKS(mem_exact, D_MEM, 1, 0)
+DEFINE_ALLOC_HOOKS(obj_exact, D_OBJ, 1, 0)
+DEFINE_FREE_HOOK(raw, D_RAW, 0)
+DEFINE_FREE_HOOK(mem, D_MEM, 1)
+DEFINE_FREE_HOOK(obj, D_OBJ, 1)
 
+/* Our hooks in sample mode: MEM's and OBJ's with their sampling fast path. */
 static const PyMemAllocatorEx ours[D_COUNT] = {
     {NULL, raw_malloc, raw_calloc, raw_realloc, raw_free},
     {NULL, mem_malloc, mem_calloc, mem_realloc, mem_free},
     {NULL, obj_malloc, obj_calloc, obj_realloc, obj_free},
+};
+
+/* MEM's and OBJ's in exact mode, without it: every call goes where the
+ * fast path would send it in exact mode, a few instructions sooner. */
+static const PyMemAllocatorEx ours_exact[D_COUNT] = {
+    {NULL, raw_malloc, raw_calloc, raw_realloc, raw_free},
+    {NULL, mem_exact_malloc, mem_exact_calloc, mem_exact_realloc, mem_free},
+    {NULL, obj_exact_malloc, obj_exact_calloc, obj_exact_realloc, obj_free},
 };
 
 /* 1 if the stdlib tracer is tracing, 0 if not, -1 with an exception set. */
@@ -475,26 +539,28 @@ stdlib_tracer_running(void)
     return running;
 }
 
-/* Installs the hooks for MEM and OBJ: all of ours, or the sampling set:
- * ours but for free, which is pymalloc's own.  Sampling above plain pymalloc,
- * every traced MEM or OBJ block is raw-backed (raw_backs), so pymalloc frees
- * it through our RAW hook, and the free of every other block, the most
- * frequent call there is, goes to pymalloc untouched: a hook that did
- * nothing but forward cost the deep_stack workload 4 to 5%.  Called with
- * the GIL while nothing is traced, so no traced block changes hands. */
+/* Installs the hooks for MEM and OBJ: in exact mode ours_exact; in sample
+ * mode ours, and above plain pymalloc the sampling set: ours but for free,
+ * which is pymalloc's own.  Sampling above plain pymalloc, every traced MEM
+ * or OBJ block is raw-backed (raw_backs), so pymalloc frees it through our
+ * RAW hook, and the free of every other block, the most frequent call there
+ * is, goes to pymalloc untouched: a hook that did nothing but forward cost
+ * the deep_stack workload 4 to 5%.  Called with the GIL while nothing is
+ * traced, so no traced block changes hands. */
 static void
-install_set(int sampling_set)
+install_set(int sampling)
 {
+    int sampling_set = sampling && pymalloc_below;
     for (int d = D_MEM; d < D_COUNT; d++) {
-        PyMemAllocatorEx hook = ours[d];
-        /* Our hooks ignore ctx; passing the wrapped allocator's own ctx
-         * keeps a torn read (old function, new ctx) harmless. */
+        PyMemAllocatorEx hook = sampling ? ours[d] : ours_exact[d];
+        /* Called with it, MEM's and OBJ's fast path passes it on. */
         hook.ctx = hw_saved[d].ctx;
         if (sampling_set) {
             hook.free = hw_saved[d].free;
         }
         PyMem_SetAllocator(py_domains[d], &hook);
     }
+    sampling_hooks = sampling;
     __atomic_store_n(&raw_backed, sampling_set, __ATOMIC_RELAXED);
 }
 
@@ -505,7 +571,7 @@ on_top(void)
     for (int d = D_MEM; d < D_COUNT; d++) {
         PyMemAllocatorEx current;
         PyMem_GetAllocator(py_domains[d], &current);
-        if (current.malloc != ours[d].malloc) {
+        if (current.malloc != (sampling_hooks ? ours : ours_exact)[d].malloc) {
             return 0;
         }
     }
@@ -516,16 +582,18 @@ int
 hw_hooks_install(int sampling)
 {
     if (installed) {
-        int want = sampling && pymalloc_below;
-        if (want == raw_backed) {
+        if (sampling == sampling_hooks) {
             return 0;
         }
         if (on_top()) {
-            install_set(want);
+            install_set(sampling);
             return 0;
         }
-        if (want) {
-            return 0; /* all of ours, buried: they sample just as well */
+        /* Buried: ours_exact sample just as well (without the fast path),
+         * ours with our free trace exactly just as well; only the sampling
+         * set cannot. */
+        if (sampling || !raw_backed) {
+            return 0;
         }
         PyErr_SetString(PyExc_RuntimeError,
                         "heapwatch's sampling hooks are buried under another tracer's (the "
@@ -555,7 +623,7 @@ hw_hooks_install(int sampling)
     PyMemAllocatorEx raw = ours[D_RAW];
     raw.ctx = hw_saved[D_RAW].ctx;
     PyMem_SetAllocator(py_domains[D_RAW], &raw);
-    install_set(sampling && pymalloc_below);
+    install_set(sampling);
     installed = 1;
     return 0;
 }
@@ -566,12 +634,10 @@ hw_hooks_uninstall(void)
     if (!installed) {
         return;
     }
-    for (int d = 0; d < D_COUNT; d++) {
-        PyMemAllocatorEx current;
-        PyMem_GetAllocator(py_domains[d], &current);
-        if (current.malloc != ours[d].malloc) {
-            return; /* buried under another hook: stay, passing through */
-        }
+    PyMemAllocatorEx raw;
+    PyMem_GetAllocator(py_domains[D_RAW], &raw);
+    if (raw.malloc != ours[D_RAW].malloc || !on_top()) {
+        return; /* buried under another hook: stay, passing through */
     }
     for (int d = 0; d < D_COUNT; d++) {
         PyMem_SetAllocator(py_domains[d], &hw_saved[d]);

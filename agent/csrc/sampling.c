@@ -22,6 +22,14 @@ uint32_t hw_fast_word = HW_FAST_CLOSED;
 /* Source of the even values of hw_fast_word; atomic. */
 static uint32_t fast_counter;
 
+int64_t hw_gil_countdown;
+/* The stream hw_gil_countdown is drawn from, and the hw_rng_generation it
+ * was seeded in; GIL. */
+static uint64_t gil_rng;
+static uint32_t gil_rng_gen;
+
+static void open_gil_countdown(void);
+
 void
 hw_fast_word_publish(void)
 {
@@ -31,6 +39,10 @@ hw_fast_word_publish(void)
         do { /* never 0: a fresh thread's tls->fast */
             word = __atomic_add_fetch(&fast_counter, 2, __ATOMIC_RELAXED);
         } while (word == 0);
+        open_gil_countdown();
+    }
+    else {
+        hw_gil_countdown_store(0);
     }
     __atomic_store_n(&hw_fast_word, word, __ATOMIC_RELEASE);
 }
@@ -118,23 +130,33 @@ hw_sampling_reset_this_thread(void)
 }
 
 static uint64_t
-next_random(hw_tls_t *tls)
+next_random(uint64_t *rng)
 {
     /* xorshift64*: small state, fast, plenty for sample spacing. */
-    uint64_t x = tls->rng;
+    uint64_t x = *rng;
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
-    tls->rng = x;
+    *rng = x;
     return x * UINT64_C(0x2545F4914F6CDD1D);
 }
 
+/* A stream of its own for a thread (identity, a sequence number told apart
+ * from every other thread's) or for the GIL's countdown (identity 0). */
+static uint64_t
+seed_stream(uint64_t identity, uint32_t gen)
+{
+    uint64_t seed = __atomic_load_n(&hw_rng_seed, __ATOMIC_RELAXED);
+    uint64_t sequence = __atomic_add_fetch(&hw_seed_sequence, 1, __ATOMIC_RELAXED);
+    return mix64(seed ^ mix64(identity ^ (sequence << 32)) ^ ((uint64_t)gen << 1)) | 1;
+}
+
 static int64_t
-draw_countdown(hw_tls_t *tls)
+draw_countdown(uint64_t *rng)
 {
     double interval = (double)__atomic_load_n(&hw_tracer.sample_interval, __ATOMIC_RELAXED);
     /* u in (0, 1]: -log(u) is finite. */
-    double u = (double)((next_random(tls) >> 11) + 1) * (1.0 / 9007199254740992.0);
+    double u = (double)((next_random(rng) >> 11) + 1) * (1.0 / 9007199254740992.0);
     double bytes = -log(u) * interval;
     if (bytes < 1.0) {
         return 1;
@@ -150,19 +172,42 @@ hw_sample_slow(hw_tls_t *tls, size_t size)
 {
     uint32_t gen = __atomic_load_n(&hw_rng_generation, __ATOMIC_ACQUIRE);
     if (tls->rng_gen != gen) {
-        uint64_t seed = __atomic_load_n(&hw_rng_seed, __ATOMIC_RELAXED);
-        uint64_t sequence = __atomic_add_fetch(&hw_seed_sequence, 1, __ATOMIC_RELAXED);
-        tls->rng = mix64(seed ^ mix64((uint64_t)pthread_self() ^ (sequence << 32)) ^
-                         ((uint64_t)gen << 1)) | 1;
+        tls->rng = seed_stream((uint64_t)pthread_self(), gen);
         tls->rng_gen = gen;
         /* The countdown left from before is not from this stream. */
-        tls->countdown = draw_countdown(tls) - (int64_t)size;
+        tls->countdown = draw_countdown(&tls->rng) - (int64_t)size;
         if (tls->countdown > 0) {
             return 0;
         }
     }
     /* The process is memoryless: the next point is drawn afresh from the
      * end of this block. */
-    tls->countdown = draw_countdown(tls);
+    tls->countdown = draw_countdown(&tls->rng);
+    return 1;
+}
+
+/* Opening (start, a state change, a fork child): the countdown left from
+ * before is forgotten, drawn afresh, from a new stream if the generation
+ * moved. */
+static void
+open_gil_countdown(void)
+{
+    uint32_t gen = __atomic_load_n(&hw_rng_generation, __ATOMIC_ACQUIRE);
+    if (gil_rng_gen != gen) {
+        gil_rng = seed_stream(0, gen);
+        gil_rng_gen = gen;
+    }
+    hw_gil_countdown_store(draw_countdown(&gil_rng));
+}
+
+int
+hw_gil_sample_take(size_t size)
+{
+    int64_t left = hw_gil_countdown_load();
+    if (left > 0 && size < (uint64_t)left) {
+        hw_gil_countdown_store(left - (int64_t)size);
+        return 0;
+    }
+    hw_gil_countdown_store(draw_countdown(&gil_rng));
     return 1;
 }

@@ -1,8 +1,10 @@
 /* Sampling: a Poisson process over allocated bytes, as tcmalloc and Go do.
  *
- * Each thread counts down the bytes to its next sample point, drawn from an
- * exponential distribution of mean sample_interval.  The unsampled path is a
- * thread-local subtraction and one compare: no lock, no frame walk, no GIL.
+ * A countdown of the bytes to the next sample point, drawn from an
+ * exponential distribution of mean sample_interval: one per thread for the
+ * RAW domain, one shared under the GIL for MEM and OBJ (hw_gil_countdown).
+ * The unsampled path is a subtraction and a compare: no lock, no frame walk,
+ * and it never takes the GIL.
  *
  * Freeing must know whether a block was sampled without a table lookup.
  * hw_sample_bits has one bit per bucket of addresses, set while some
@@ -49,8 +51,37 @@ extern uint32_t hw_rng_generation;
 extern uint32_t hw_fast_word;
 #define HW_FAST_CLOSED 1u
 
-/* Recomputes hw_fast_word after hook_state or the generation changed. */
+/* Recomputes hw_fast_word after hook_state or the generation changed, and
+ * opens or closes hw_gil_countdown with it.  GIL. */
 void hw_fast_word_publish(void);
+
+/* The countdown of the MEM and OBJ domains, whose hooks run with the GIL:
+ * one Poisson process for whichever thread holds it (the process is
+ * memoryless, so sharing one changes no probability) and no thread-local
+ * access on their fast path.  While sampling is open (hw_fast_word even),
+ * the bytes to the next sample point, drawn from its own stream; while it
+ * is closed, 0, so that every MEM and OBJ call takes the slow path, which
+ * reads the state.  A nested MEM or OBJ call (none of our paths makes one)
+ * would be counted and passed through: the slow path checks tls->reentrant
+ * before it records anything.  GIL; relaxed atomics, so that subinterpreters
+ * with a GIL of their own (3.12+) race on it harmlessly. */
+extern int64_t hw_gil_countdown;
+
+static inline int64_t
+hw_gil_countdown_load(void)
+{
+    return __atomic_load_n(&hw_gil_countdown, __ATOMIC_RELAXED);
+}
+
+static inline void
+hw_gil_countdown_store(int64_t value)
+{
+    __atomic_store_n(&hw_gil_countdown, value, __ATOMIC_RELAXED);
+}
+
+/* Sample mode, open, GIL: consumes size bytes of hw_gil_countdown; 1 if
+ * this block is a sample point (the next one is then drawn). */
+int hw_gil_sample_take(size_t size);
 
 /* Whether the hooks record in sample mode (whatever the calling thread's
  * state): all a free needs to know before asking the filter. */
