@@ -252,12 +252,12 @@ alloc_gil_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size
     return alloc_flagged(a, tls, zeroed, nelem, elsize, record, 1);
 }
 
-/* The fast paths of MEM and OBJ pass on the ctx they were called with: our
- * hooks are installed with the wrapped allocator's ctx as their own
- * (install_set) and called with the GIL, never during a swap.  The RAW hook
- * may be called during one without the GIL, so it reads the saved ctx. */
-/* sampling: MEM's and OBJ's fast path is compiled in (the hooks installed
- * for sample mode); without it the slow path still samples, only slower. */
+/* sampling: MEM's and OBJ's fast path is compiled in (ours, installed for
+ * sample mode); without it (ours_exact) the slow path still samples, only
+ * slower.  That fast path passes on the ctx it was called with: our hooks
+ * are installed with the wrapped allocator's ctx as their own (install_set)
+ * and called with the GIL, never during a swap.  The RAW hook may be called
+ * during one without the GIL, so it reads the saved ctx. */
 static inline __attribute__((always_inline)) void *
 hook_alloc(int d, int gil_domain, int sampling, void *ctx, int zeroed, size_t nelem,
            size_t elsize)
@@ -280,7 +280,7 @@ hook_alloc(int d, int gil_domain, int sampling, void *ctx, int zeroed, size_t ne
         /* Sample mode, recording, seeded, not inside a hook (see sampling.h). */
         tls->countdown -= (int64_t)(nelem * elsize);
         if (HW_LIKELY(tls->countdown > 0)) {
-            /* Nothing to record and nothing nests in libc: a tail call
+            /* Nothing to record and nothing nests below RAW: a tail call
              * without touching the re-entrancy flag. */
             return CALL_ALLOC(a, zeroed, nelem, elsize);
         }

@@ -24,6 +24,12 @@ PRELUDE = textwrap.dedent(
         x = bytearray(123457)
         return any(t[1] == 123458 for t in H.take_snapshot().traces())
 
+    def hw_sees_small():
+        # A block pymalloc serves itself: sampled through the fast path of
+        # the hooks on top, through the slow path of buried exact ones.
+        x = bytearray(300)
+        return any(t[1] == 301 for t in H.take_snapshot().traces())
+
     def std_sees():
         x = bytearray(123457)
         return any(t.size == 123458 for t in S.take_snapshot().traces)
@@ -78,9 +84,9 @@ SCENARIOS = {
         assert not H.hooks_installed()
     """,
     "hw sampling, stdlib on top, stdlib stops, hw stops": """
-        H.start(1, "sample", 1); S.start()
-        assert hw_sees() and std_sees()
-        S.stop(); assert hw_sees()
+        H.start(1, "sample", 1); assert hw_sees_small(); S.start()
+        assert hw_sees() and hw_sees_small() and std_sees()
+        S.stop(); assert hw_sees() and hw_sees_small()
         H.stop(); assert not H.hooks_installed()
     """,
     "hw sampling, buried under stdlib, restarts exact: refused above pymalloc": """
@@ -101,7 +107,7 @@ SCENARIOS = {
     """,
     "hw exact, stdlib on top, hw restarts sampling under it": """
         H.start(); S.start(); H.stop()
-        H.start(1, "sample", 1); assert hw_sees() and std_sees()
+        H.start(1, "sample", 1); assert hw_sees() and hw_sees_small() and std_sees()
         S.stop(); H.stop(); assert not H.hooks_installed()
     """,
     "interleaved many times": """
