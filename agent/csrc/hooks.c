@@ -21,20 +21,17 @@ static const PyMemAllocatorDomain py_domains[D_COUNT] = {
  * through a stale pointer (another thread reading the allocator while we
  * swap it) still finds a valid allocator. */
 static PyMemAllocatorEx hw_saved[D_COUNT];
-/* Our hooks are in the allocator chain (perhaps below another hook); GIL. */
-static int installed;
 /* The allocator under our hooks was plain pymalloc when they went in (no
  * debug hooks, no other tool's); GIL. */
 static int pymalloc_below;
-/* The sampling set is in the chain for MEM and OBJ (see install_set), not
- * all of our hooks; so sampled MEM and OBJ blocks of 1 to 512 bytes are
- * allocated above pymalloc's threshold, that pymalloc serves them from the
- * raw allocator and frees them through it, that is through our RAW hook.
- * Written with the GIL, read by the hooks. */
-static int raw_backed;
-/* MEM's and OBJ's hooks in the chain are ours (with the sampling fast
- * path), not ours_exact; GIL. */
-static int sampling_hooks;
+/* Which of our sets is in the allocator chain, perhaps below another hook
+ * (see install_set).  HOOKS_RAW_BACKED, the sampling set, is ours but for
+ * free: sampled MEM and OBJ blocks of 1 to 512 bytes are then allocated
+ * above pymalloc's threshold, so that pymalloc serves them from the raw
+ * allocator and frees them through it, that is through our RAW hook.
+ * Written with the GIL, read by the hooks (raw_backs). */
+enum { HOOKS_NONE, HOOKS_EXACT, HOOKS_SAMPLING, HOOKS_RAW_BACKED };
+static int hooks_set;
 /* A pending call to drain the graveyard is queued; atomic. */
 static int drain_queued;
 /* Fork handlers registered; GIL. */
@@ -147,7 +144,7 @@ wants_record(int state, hw_tls_t *tls, size_t size, int gil_domain)
  * may also grow through PyMem_RawRealloc: a real block, traced on its own.) */
 #define HW_NESTING_THRESHOLD 512
 
-/* What a sampled block of 1 to 512 bytes is allocated as while raw_backed:
+/* What a sampled block of 1 to 512 bytes is allocated as in the sampling set:
  * past pymalloc's threshold, pymalloc hands it to PyMem_RawMalloc and later
  * frees it with PyMem_RawFree, keeping its own count of such blocks right. */
 #define HW_RAW_BACKED_SIZE (HW_NESTING_THRESHOLD + 1)
@@ -157,7 +154,8 @@ wants_record(int state, hw_tls_t *tls, size_t size, int gil_domain)
 static inline int
 raw_backs(size_t size)
 {
-    return __atomic_load_n(&raw_backed, __ATOMIC_RELAXED) && size - 1 < HW_NESTING_THRESHOLD;
+    return __atomic_load_n(&hooks_set, __ATOMIC_RELAXED) == HOOKS_RAW_BACKED &&
+           size - 1 < HW_NESTING_THRESHOLD;
 }
 
 #define CALL_ALLOC(a, zeroed, nelem, elsize) \
@@ -229,13 +227,12 @@ alloc_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t n
     return alloc_flagged(a, tls, zeroed, nelem, elsize, 1, 0);
 }
 
+/* RAW, on the fast path, the countdown (already charged) ran out. */
 static __attribute__((noinline)) void *
 alloc_sample_point(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem,
                    size_t elsize)
 {
-    /* The countdown is already charged: a sample point if it ran out. */
-    int record = tls->countdown > 0 ? 0 : hw_sample_slow(tls, 0);
-    return alloc_flagged(a, tls, zeroed, nelem, elsize, record, 0);
+    return alloc_flagged(a, tls, zeroed, nelem, elsize, hw_sample_slow(tls, 0), 0);
 }
 
 /* MEM or OBJ, sample mode, recording, off the fast path: a sample point, or
@@ -393,11 +390,8 @@ static inline __attribute__((always_inline)) void *
 hook_realloc(int d, int gil_domain, int sampling, void *ctx, void *ptr, size_t size)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
-    if (gil_domain && !sampling) {
-        return hook_realloc_slow(a, &hw_tls, 1, ptr, size);
-    }
     if (gil_domain) {
-        int64_t left = hw_gil_countdown_load();
+        int64_t left = sampling ? hw_gil_countdown_load() : 0;
         if (HW_LIKELY(left > 0 && size < (uint64_t)left) &&
             HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
             hw_gil_countdown_store(left - (int64_t)size);
@@ -550,18 +544,25 @@ stdlib_tracer_running(void)
 static void
 install_set(int sampling)
 {
-    int sampling_set = sampling && pymalloc_below;
+    int set = !sampling ? HOOKS_EXACT : pymalloc_below ? HOOKS_RAW_BACKED : HOOKS_SAMPLING;
     for (int d = D_MEM; d < D_COUNT; d++) {
         PyMemAllocatorEx hook = sampling ? ours[d] : ours_exact[d];
         /* Called with it, MEM's and OBJ's fast path passes it on. */
         hook.ctx = hw_saved[d].ctx;
-        if (sampling_set) {
+        if (set == HOOKS_RAW_BACKED) {
             hook.free = hw_saved[d].free;
         }
         PyMem_SetAllocator(py_domains[d], &hook);
     }
-    sampling_hooks = sampling;
-    __atomic_store_n(&raw_backed, sampling_set, __ATOMIC_RELAXED);
+    __atomic_store_n(&hooks_set, set, __ATOMIC_RELAXED);
+}
+
+/* Whether the set in the chain is ours, with MEM's and OBJ's sampling fast
+ * path, rather than ours_exact. */
+static int
+sampling_set_in(void)
+{
+    return hooks_set >= HOOKS_SAMPLING;
 }
 
 /* Whether our MEM and OBJ hooks are the top of their chains. */
@@ -571,7 +572,7 @@ on_top(void)
     for (int d = D_MEM; d < D_COUNT; d++) {
         PyMemAllocatorEx current;
         PyMem_GetAllocator(py_domains[d], &current);
-        if (current.malloc != (sampling_hooks ? ours : ours_exact)[d].malloc) {
+        if (current.malloc != (sampling_set_in() ? ours : ours_exact)[d].malloc) {
             return 0;
         }
     }
@@ -581,8 +582,8 @@ on_top(void)
 int
 hw_hooks_install(int sampling)
 {
-    if (installed) {
-        if (sampling == sampling_hooks) {
+    if (hooks_set != HOOKS_NONE) {
+        if (sampling == sampling_set_in()) {
             return 0;
         }
         if (on_top()) {
@@ -592,7 +593,7 @@ hw_hooks_install(int sampling)
         /* Buried: ours_exact sample just as well (without the fast path),
          * ours with our free trace exactly just as well; only the sampling
          * set cannot. */
-        if (sampling || !raw_backed) {
+        if (sampling || hooks_set != HOOKS_RAW_BACKED) {
             return 0;
         }
         PyErr_SetString(PyExc_RuntimeError,
@@ -624,14 +625,13 @@ hw_hooks_install(int sampling)
     raw.ctx = hw_saved[D_RAW].ctx;
     PyMem_SetAllocator(py_domains[D_RAW], &raw);
     install_set(sampling);
-    installed = 1;
     return 0;
 }
 
 void
 hw_hooks_uninstall(void)
 {
-    if (!installed) {
+    if (hooks_set == HOOKS_NONE) {
         return;
     }
     PyMemAllocatorEx raw;
@@ -642,13 +642,13 @@ hw_hooks_uninstall(void)
     for (int d = 0; d < D_COUNT; d++) {
         PyMem_SetAllocator(py_domains[d], &hw_saved[d]);
     }
-    installed = 0;
+    __atomic_store_n(&hooks_set, HOOKS_NONE, __ATOMIC_RELAXED);
 }
 
 int
 hw_hooks_installed(void)
 {
-    return installed;
+    return hooks_set != HOOKS_NONE;
 }
 
 /* pthread_atfork handlers: fork() happens with hw_tables_lock held by the

@@ -23,29 +23,9 @@ uint32_t hw_fast_word = HW_FAST_CLOSED;
 static uint32_t fast_counter;
 
 int64_t hw_gil_countdown;
-/* The stream hw_gil_countdown is drawn from, and the hw_rng_generation it
- * was seeded in; GIL. */
+/* The stream hw_gil_countdown is drawn from, reseeded with the others (a
+ * new generation); GIL. */
 static uint64_t gil_rng;
-static uint32_t gil_rng_gen;
-
-static void open_gil_countdown(void);
-
-void
-hw_fast_word_publish(void)
-{
-    const int open = HW_STATE_TRACING | HW_STATE_RECORDING | HW_STATE_SAMPLE;
-    uint32_t word = HW_FAST_CLOSED;
-    if ((hw_load_int(&hw_tracer.hook_state) & open) == open) {
-        do { /* never 0: a fresh thread's tls->fast */
-            word = __atomic_add_fetch(&fast_counter, 2, __ATOMIC_RELAXED);
-        } while (word == 0);
-        open_gil_countdown();
-    }
-    else {
-        hw_gil_countdown_store(0);
-    }
-    __atomic_store_n(&hw_fast_word, word, __ATOMIC_RELEASE);
-}
 
 /* Starts at 1 so that a fresh thread (rng_gen 0) always seeds. */
 uint32_t hw_rng_generation = 1;
@@ -107,28 +87,6 @@ mix64(uint64_t x)
     return x;
 }
 
-void
-hw_sampling_reseed_all(void)
-{
-    uint64_t seed;
-    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
-    }
-    __atomic_store_n(&hw_rng_seed, seed, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&hw_rng_generation, 1, __ATOMIC_RELEASE);
-    hw_fast_word_publish();
-}
-
-void
-hw_sampling_reset_this_thread(void)
-{
-    hw_tls.countdown = 0;
-    hw_tls.rng_gen = 0;
-    hw_tls.fast = 0;
-}
-
 static uint64_t
 next_random(uint64_t *rng)
 {
@@ -167,6 +125,46 @@ draw_countdown(uint64_t *rng)
     return (int64_t)bytes;
 }
 
+void
+hw_fast_word_publish(void)
+{
+    const int open = HW_STATE_TRACING | HW_STATE_RECORDING | HW_STATE_SAMPLE;
+    uint32_t word = HW_FAST_CLOSED;
+    int64_t gil_countdown = 0;
+    if ((hw_load_int(&hw_tracer.hook_state) & open) == open) {
+        do { /* never 0: a fresh thread's tls->fast */
+            word = __atomic_add_fetch(&fast_counter, 2, __ATOMIC_RELAXED);
+        } while (word == 0);
+        /* Opening forgets the countdown left from before. */
+        gil_countdown = draw_countdown(&gil_rng);
+    }
+    hw_gil_countdown_store(gil_countdown);
+    __atomic_store_n(&hw_fast_word, word, __ATOMIC_RELEASE);
+}
+
+void
+hw_sampling_reseed_all(void)
+{
+    uint64_t seed;
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
+    }
+    __atomic_store_n(&hw_rng_seed, seed, __ATOMIC_RELAXED);
+    uint32_t gen = __atomic_add_fetch(&hw_rng_generation, 1, __ATOMIC_RELEASE);
+    gil_rng = seed_stream(0, gen);
+    hw_fast_word_publish();
+}
+
+void
+hw_sampling_reset_this_thread(void)
+{
+    hw_tls.countdown = 0;
+    hw_tls.rng_gen = 0;
+    hw_tls.fast = 0;
+}
+
 int
 hw_sample_slow(hw_tls_t *tls, size_t size)
 {
@@ -184,20 +182,6 @@ hw_sample_slow(hw_tls_t *tls, size_t size)
      * end of this block. */
     tls->countdown = draw_countdown(&tls->rng);
     return 1;
-}
-
-/* Opening (start, a state change, a fork child): the countdown left from
- * before is forgotten, drawn afresh, from a new stream if the generation
- * moved. */
-static void
-open_gil_countdown(void)
-{
-    uint32_t gen = __atomic_load_n(&hw_rng_generation, __ATOMIC_ACQUIRE);
-    if (gil_rng_gen != gen) {
-        gil_rng = seed_stream(0, gen);
-        gil_rng_gen = gen;
-    }
-    hw_gil_countdown_store(draw_countdown(&gil_rng));
 }
 
 int

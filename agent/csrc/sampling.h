@@ -139,7 +139,8 @@ hw_sample_take(hw_tls_t *tls, size_t size)
     return hw_sample_slow(tls, size);
 }
 
-/* Makes every thread reseed at its next allocation (start, fork child). */
+/* Reseeds the GIL's stream and makes every thread reseed at its next
+ * allocation (start, fork child).  GIL. */
 void hw_sampling_reseed_all(void);
 /* For the fork child's only thread: forget the inherited countdown too. */
 void hw_sampling_reset_this_thread(void);

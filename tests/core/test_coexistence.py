@@ -20,15 +20,12 @@ PRELUDE = textwrap.dedent(
     import tracemalloc as S
     from heapwatch import _core as H
 
-    def hw_sees():
-        x = bytearray(123457)
-        return any(t[1] == 123458 for t in H.take_snapshot().traces())
-
-    def hw_sees_small():
-        # A block pymalloc serves itself: sampled through the fast path of
-        # the hooks on top, through the slow path of buried exact ones.
-        x = bytearray(300)
-        return any(t[1] == 301 for t in H.take_snapshot().traces())
+    def hw_sees(size=123457):
+        # SMALL, a block pymalloc serves itself, is sampled through the fast
+        # path of the hooks on top, through the slow path of buried exact ones.
+        x = bytearray(size)
+        return any(t[1] == size + 1 for t in H.take_snapshot().traces())
+    SMALL = 300
 
     def std_sees():
         x = bytearray(123457)
@@ -84,9 +81,9 @@ SCENARIOS = {
         assert not H.hooks_installed()
     """,
     "hw sampling, stdlib on top, stdlib stops, hw stops": """
-        H.start(1, "sample", 1); assert hw_sees_small(); S.start()
-        assert hw_sees() and hw_sees_small() and std_sees()
-        S.stop(); assert hw_sees() and hw_sees_small()
+        H.start(1, "sample", 1); assert hw_sees(SMALL); S.start()
+        assert hw_sees() and hw_sees(SMALL) and std_sees()
+        S.stop(); assert hw_sees() and hw_sees(SMALL)
         H.stop(); assert not H.hooks_installed()
     """,
     "hw sampling, buried under stdlib, restarts exact: refused above pymalloc": """
@@ -107,7 +104,7 @@ SCENARIOS = {
     """,
     "hw exact, stdlib on top, hw restarts sampling under it": """
         H.start(); S.start(); H.stop()
-        H.start(1, "sample", 1); assert hw_sees() and hw_sees_small() and std_sees()
+        H.start(1, "sample", 1); assert hw_sees() and hw_sees(SMALL) and std_sees()
         S.stop(); H.stop(); assert not H.hooks_installed()
     """,
     "interleaved many times": """
