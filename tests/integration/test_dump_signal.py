@@ -27,8 +27,16 @@ SERVICE = textwrap.dedent(
     """\
     import os, signal, sys, time
 
+
+    def say(*words):
+        # One write(2) of a line: atomic on a pipe, so the lines of a parent
+        # and its forked child never interleave (print() may write a line in
+        # pieces: "READYCHILD 13408" was seen on 3.13).
+        os.write(1, (" ".join(map(str, words)) + "\\n").encode())
+
+
     if os.environ.get("APP_HANDLER"):
-        signal.signal(signal.SIGUSR2, lambda *_: print("APP", flush=True))
+        signal.signal(signal.SIGUSR2, lambda *_: say("APP"))
 
     import heapwatch
 
@@ -45,9 +53,9 @@ SERVICE = textwrap.dedent(
     for _ in range(50):
         grow()
     if os.environ.get("FORK") and os.fork() == 0:
-        print("CHILD", os.getpid(), flush=True)
+        say("CHILD", os.getpid())
     else:
-        print("READY", os.getpid(), flush=True)
+        say("READY", os.getpid())
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         time.sleep(0.01)
