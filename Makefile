@@ -4,7 +4,10 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 VPY         := $(VENV)/bin/python
-VERSIONS    ?= 3.9 3.10 3.11 3.12 3.13
+VERSIONS    ?= 3.9 3.10 3.11 3.12 3.13 3.14 3.15
+# Versions whose Debian builds need a newer C library than the host's: they
+# run in a Debian sid chroot (tools/sid-python creates it once, cached).
+SID_VERSIONS := 3.14 3.15
 PYTEST_ARGS ?=
 SOURCES     := $(shell find agent exporters -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.pyi' -o -name '*.pth' 2>/dev/null) setup.py pyproject.toml
 ASAN_LIB     = $(shell gcc -print-file-name=libasan.so)
@@ -33,13 +36,18 @@ demo: $(VENV)/.installed  ## run the demo service with the agent on (Ctrl-C to s
 	HEAPWATCH_ENABLED=1 HEAPWATCH_INTERVAL=$${HEAPWATCH_INTERVAL:-5} HEAPWATCH_SAMPLE_INTERVAL=$${HEAPWATCH_SAMPLE_INTERVAL:-64KiB} $(VPY) examples/demo_service.py
 
 test: $(VENV)/.installed  ## run the test suite with python3
-	cd tests && ../$(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	cd tests && $(abspath $(VPY)) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
-test-all:  ## run the test suite on every supported Python (3.9 to 3.13)
+test-all:  ## run the test suite on every supported Python (3.9 to 3.15)
 	@set -e; for v in $(VERSIONS); do \
-	  py=$$(tools/find-python $$v); \
-	  echo "=== Python $$v ($$py)"; \
-	  $(MAKE) --no-print-directory test PYTHON=$$py VENV=.venvs/$$v; \
+	  case " $(SID_VERSIONS) " in \
+	    *" $$v "*) echo "=== Python $$v (Debian sid chroot)"; \
+	      tools/sid-python run make --no-print-directory test PYTHON=python$$v VENV=.venvs/$$v \
+	        PYTEST_ARGS="$(PYTEST_ARGS)" ;; \
+	    *) py=$$(tools/find-python $$v); \
+	      echo "=== Python $$v ($$py)"; \
+	      $(MAKE) --no-print-directory test PYTHON=$$py VENV=.venvs/$$v ;; \
+	  esac; \
 	done
 
 sanitize:  ## build the core with ASan+UBSan and run the core tests under them
@@ -48,7 +56,7 @@ sanitize:  ## build the core with ASan+UBSan and run the core tests under them
 	cd tests && PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 HEAPWATCH_SANITIZED=1 \
-	  ../$(VENV)-asan/bin/python -m pytest -p no:cacheprovider -x core $(PYTEST_ARGS)
+	  $(abspath $(VENV)-asan)/bin/python -m pytest -p no:cacheprovider -x core $(PYTEST_ARGS)
 
 dashboard: $(VENV)/.deps  ## regenerate deploy/grafana/dashboard.json from deploy/grafana/generate.py
 	$(VPY) deploy/grafana/generate.py

@@ -11,8 +11,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#if PY_VERSION_HEX < 0x03090000 || PY_VERSION_HEX >= 0x030E0000
-#  error "heapwatch._core supports CPython 3.9 to 3.13"
+#if PY_VERSION_HEX < 0x03090000 || PY_VERSION_HEX >= 0x03100000
+#  error "heapwatch._core supports CPython 3.9 to 3.15"
 #endif
 #ifdef Py_GIL_DISABLED
 #  error "heapwatch._core does not support free-threaded CPython builds"
@@ -28,6 +28,12 @@
 #  pragma GCC diagnostic ignored "-Wsign-compare"
 #  pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #  include "internal/pycore_frame.h"
+#  if PY_VERSION_HEX >= 0x030E0000
+/* 3.14 moved the frame's inline helpers and the stack references out of
+ * pycore_frame.h. */
+#    include "internal/pycore_interpframe.h"
+#    include "internal/pycore_stackref.h"
+#  endif
 #  pragma GCC diagnostic pop
 #  ifdef HW_UNDEF_BUILD_CORE
 #    undef Py_BUILD_CORE
@@ -116,18 +122,42 @@ hw_frame_back(hw_pyframe_t *frame)
 #  define HW_FRAME_BACK_OFFSET offsetof(hw_pyframe_t, f_back)
 #endif
 
+#if PY_VERSION_HEX >= 0x030E0000
+/* From 3.14 the executable is a tagged stack reference: the low bits
+ * (Py_TAG_BITS, one on 3.14, two on 3.15) say how it is owned, not where. */
+static inline PyObject *
+hw_frame_executable(hw_pyframe_t *frame)
+{
+    return PyStackRef_AsPyObjectBorrow(frame->f_executable);
+}
+
+/* Frames the interpreter owns (3.14: the C-stack shims too; 3.15 dropped
+ * FRAME_OWNED_BY_CSTACK) are never complete, as _PyFrame_IsIncomplete says. */
+#  define HW_FRAME_IS_SHIM(frame) ((frame)->owner >= FRAME_OWNED_BY_INTERPRETER)
+#elif PY_VERSION_HEX >= 0x030D0000
+static inline PyObject *
+hw_frame_executable(hw_pyframe_t *frame)
+{
+    return frame->f_executable;
+}
+
+#  define HW_FRAME_IS_SHIM(frame) ((frame)->owner == FRAME_OWNED_BY_CSTACK)
+#elif PY_VERSION_HEX >= 0x030C0000
+#  define HW_FRAME_IS_SHIM(frame) ((frame)->owner == FRAME_OWNED_BY_CSTACK)
+#endif
+
 /* The frame's code object, or NULL for frames the stdlib tracer skips
  * (incomplete frames being set up, and C-stack shim frames). */
 static inline PyCodeObject *
 hw_frame_code_if_complete(hw_pyframe_t *frame)
 {
 #if PY_VERSION_HEX >= 0x030D0000
-    if (frame->owner == FRAME_OWNED_BY_CSTACK || !PyCode_Check(frame->f_executable)) {
+    if (HW_FRAME_IS_SHIM(frame) || !PyCode_Check(hw_frame_executable(frame))) {
         return NULL;
     }
-    return _PyFrame_IsIncomplete(frame) ? NULL : (PyCodeObject *)frame->f_executable;
+    return _PyFrame_IsIncomplete(frame) ? NULL : (PyCodeObject *)hw_frame_executable(frame);
 #elif PY_VERSION_HEX >= 0x030C0000
-    if (frame->owner == FRAME_OWNED_BY_CSTACK) {
+    if (HW_FRAME_IS_SHIM(frame)) {
         return NULL;
     }
     return _PyFrame_IsIncomplete(frame) ? NULL : frame->f_code;
@@ -146,9 +176,9 @@ static inline int
 hw_frame_counts_below(hw_pyframe_t *frame)
 {
 #if PY_VERSION_HEX >= 0x030D0000
-    return frame->owner != FRAME_OWNED_BY_CSTACK && PyCode_Check(frame->f_executable);
+    return !HW_FRAME_IS_SHIM(frame) && PyCode_Check(hw_frame_executable(frame));
 #elif PY_VERSION_HEX >= 0x030C0000
-    return frame->owner != FRAME_OWNED_BY_CSTACK;
+    return !HW_FRAME_IS_SHIM(frame);
 #else
     (void)frame;
     return 1;
@@ -167,7 +197,7 @@ static inline PyCodeObject *
 hw_frame_code(hw_pyframe_t *frame)
 {
 #if PY_VERSION_HEX >= 0x030D0000
-    return (PyCodeObject *)frame->f_executable;
+    return (PyCodeObject *)hw_frame_executable(frame);
 #else
     return frame->f_code;
 #endif

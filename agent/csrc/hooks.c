@@ -107,10 +107,12 @@ record_block(void *ptr, size_t size, int gil_domain)
     size_t dead = hw_graveyard_len_unlocked();
     hw_unlock();
     hw_capture_release(&cap);
+    hw_tls.stamped = ptr;
     if (!cap.foreign) {
         maybe_queue_drain(dead);
     }
 }
+
 
 /* Whether ptr may have a trace, without the lock.  In sample mode a clear
  * filter bit proves it has none; in exact mode only an empty table with no
@@ -179,6 +181,28 @@ hook_leave(hw_tls_t *tls, uint32_t fast)
 {
     tls->reentrant = 0;
     tls->fast = fast;
+}
+
+void
+hw_hooks_restamp(void *block)
+{
+    uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
+    hw_tls_t *tls = &hw_tls;
+    uint32_t fast = hook_enter(tls); /* a capture may allocate the thread's state */
+    hw_capture_t cap;
+    if (capture_caller(&cap, 1) < 0) {
+        hook_leave(tls, fast);
+        return; /* the old stamp stays: better than no trace */
+    }
+    hw_lock();
+    if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
+        hw_restamp_unlocked((uintptr_t)block, &cap);
+    }
+    size_t dead = hw_graveyard_len_unlocked();
+    hw_unlock();
+    hw_capture_release(&cap);
+    hook_leave(tls, fast);
+    maybe_queue_drain(dead);
 }
 
 /* Out of line, so that the fast paths of the hooks save no registers;
@@ -338,6 +362,7 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
         }
         if (add) {
             hw_record_unlocked((uintptr_t)ptr2, size, &cap);
+            hw_tls.stamped = ptr2; /* _PyTuple_Resize reports the object again */
         }
     }
     size_t dead = hw_graveyard_len_unlocked();

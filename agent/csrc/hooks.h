@@ -27,6 +27,10 @@ int hw_hooks_install(int sampling);
 void hw_hooks_uninstall(void);
 /* 1 if our hooks are in the allocator chain. */
 int hw_hooks_installed(void);
+/* GIL held, not inside a hook.  If block has a trace in the hooks' table,
+ * gives it the calling thread's traceback (the reference tracer's re-stamp
+ * of a block reused from a free list). */
+void hw_hooks_restamp(void *block);
 /* Registers the fork handlers once.  Returns -1 with an exception set. */
 int hw_hooks_init_once(void);
 

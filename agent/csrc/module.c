@@ -8,6 +8,7 @@
 #include "groups.h"
 #include "hooks.h"
 #include "mem.h"
+#include "reftracer.h"
 #include "snapshot.h"
 #include "sync.h"
 #include "tracer.h"
@@ -657,6 +658,14 @@ core_hooks_installed(PyObject *module, PyObject *unused)
 }
 
 static PyObject *
+core_reftracer_on_top(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(hw_reftracer_on_top());
+}
+
+static PyObject *
 core_track(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -836,6 +845,8 @@ static PyMethodDef core_methods[] = {
     {"get_stats", core_get_stats, METH_NOARGS, NULL},
     {"drain", core_drain, METH_NOARGS, "Release code objects no trace refers to any more."},
     {"hooks_installed", core_hooks_installed, METH_NOARGS, NULL},
+    {"_reftracer_on_top", core_reftracer_on_top, METH_NOARGS,
+     "whether heapwatch's reference tracer (3.13+) holds the interpreter's slot"},
     {"_track", core_track, METH_VARARGS, "_track(domain, ptr, size) -> 0, -1 or -2"},
     {"_untrack", core_untrack, METH_VARARGS, "_untrack(domain, ptr) -> 0 or -2"},
     {"_at_exit", core_at_exit, METH_NOARGS, NULL},

@@ -28,6 +28,9 @@ typedef struct {
     int64_t countdown; /* bytes to the next sample point */
     uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
     uint64_t rng;      /* xorshift64* state */
+    /* The block the thread's hooks recorded last, until the reference tracer
+     * sees an object created in it (reftracer.c); 3.13+. */
+    void *stamped;
 } hw_tls_t;
 
 /* Thread-local.  initial-exec: a few bytes of static TLS make every access a

@@ -188,7 +188,9 @@ take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t loca
     }
     snap->traceback_limit = hw_tracer.max_nframe;
     snap->mode = hw_tracer.mode;
-    snap->sample_interval = hw_tracer.sample_interval;
+    /* What the traces were sampled at: none in exact mode, whatever start()
+     * was given (a dump of an exact snapshot refuses anything but 0). */
+    snap->sample_interval = hw_tracer.mode == HW_MODE_SAMPLE ? hw_tracer.sample_interval : 0;
     snap->traced = hw_tracer.traced;
     snap->peak = hw_tracer.peak;
     snap->count_fp = hw_tracer.count_fp;

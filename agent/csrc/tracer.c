@@ -9,6 +9,7 @@
 
 #include "hooks.h"
 #include "mem.h"
+#include "reftracer.h"
 #include "sampling.h"
 #include "sync.h"
 
@@ -293,6 +294,19 @@ hw_record_unlocked(uintptr_t ptr, size_t size, hw_capture_t *cap)
     queue_unlocked(ptr, tb, size);
 }
 
+void
+hw_restamp_unlocked(uintptr_t ptr, hw_capture_t *cap)
+{
+    hw_flush_unlocked();
+    hw_trace_t trace;
+    if (!hw_traces_get_unlocked(&hw_tracer.traces, ptr, &trace)) {
+        return;
+    }
+    /* Recording it again replaces the trace: the new weight is added and
+     * the old one removed, the same size, so the sums stay as they were. */
+    hw_record_unlocked(ptr, trace.size, cap);
+}
+
 size_t
 hw_forget_unlocked(uintptr_t ptr)
 {
@@ -347,6 +361,9 @@ hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr)
 void
 hw_housekeeping(void)
 {
+    if (hw_load_int(&hw_tracer.tracing)) {
+        hw_reftracer_reclaim();
+    }
     hw_tb_release_orphans();
     hw_lock();
     if (tables_ready) {
@@ -417,6 +434,10 @@ hw_start(int max_nframe, int mode, uint64_t sample_interval)
     if (hw_hooks_install(mode == HW_MODE_SAMPLE) < 0) {
         return -1;
     }
+    if (hw_reftracer_install() < 0) {
+        hw_hooks_uninstall();
+        return -1;
+    }
     hw_sampling_reseed_all();
     hw_lock();
     __atomic_store_n(&hw_tracer.max_nframe, max_nframe, __ATOMIC_RELAXED);
@@ -443,6 +464,7 @@ hw_stop(void)
     __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
     reset_tables_unlocked();
     hw_unlock();
+    hw_reftracer_uninstall();
     hw_hooks_uninstall();
     hw_graveyard_drain();
 }

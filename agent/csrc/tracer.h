@@ -119,6 +119,9 @@ void hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp);
  *
  * A trace that cannot be recorded counts as dropped. */
 void hw_record_unlocked(uintptr_t ptr, size_t size, hw_capture_t *cap);
+/* Gives the trace of ptr, if it has one, the traceback of cap (sizes and
+ * sums unchanged). */
+void hw_restamp_unlocked(uintptr_t ptr, hw_capture_t *cap);
 /* Returns the size of the trace it removed at once, or SIZE_MAX: queued, or
  * no trace. */
 size_t hw_forget_unlocked(uintptr_t ptr);

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 SUPPORTED_MIN = (3, 9)
-SUPPORTED_MAX = (3, 13)
+SUPPORTED_MAX = (3, 15)
 
 
 def unsupported_reason(

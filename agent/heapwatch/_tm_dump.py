@@ -8,6 +8,7 @@ importing heapwatch.tracemalloc stays cheap.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import sys
@@ -29,18 +30,59 @@ class PickleRefusedError(HeapwatchError, ValueError):
     allowed to unpickle it: unpickling runs arbitrary code from the file."""
 
 
-class SnapshotParts:
-    """What a dump holds: the raw traces and how they were taken."""
+# The header's extra key that holds a snapshot's own attributes, as JSON.
+ATTRIBUTES_KEY = "tracemalloc.snapshot.attributes"
 
-    __slots__ = ("mode", "sample_interval", "traceback_limit", "traces")
+
+class SnapshotParts:
+    """What a dump holds: the raw traces, how they were taken, and the
+    attributes a user set on the snapshot (the stdlib's pickle keeps them)."""
+
+    __slots__ = ("attributes", "mode", "sample_interval", "traceback_limit", "traces")
 
     def __init__(
-        self, traces: Sequence[RawTrace], traceback_limit: int, mode: str, sample_interval: int
+        self,
+        traces: Sequence[RawTrace],
+        traceback_limit: int,
+        mode: str,
+        sample_interval: int,
+        attributes: dict[str, object] | None = None,
     ) -> None:
         self.traces = traces
         self.traceback_limit = traceback_limit
         self.mode = mode  # checked by the Snapshot built from the parts
         self.sample_interval = sample_interval
+        self.attributes = {} if attributes is None else attributes
+
+
+def _encode_attributes(attributes: dict[str, object]) -> dict[str, str]:
+    if not attributes:
+        return {}
+    for name, value in attributes.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"cannot dump the snapshot's attribute {name!r} = {value!r}: heapwatch's dump "
+                "format holds attributes that are JSON values (str, int, float, bool, None, "
+                "and lists and dicts of them), not arbitrary objects"
+            ) from exc
+    return {ATTRIBUTES_KEY: json.dumps(attributes, allow_nan=False, sort_keys=True)}
+
+
+def _decode_attributes(path: str, extra: dict[str, str]) -> dict[str, object]:
+    from heapwatch import dumpfile  # noqa: PLC0415 (imported on first use: see the docstring)
+
+    text = extra.get(ATTRIBUTES_KEY)
+    if text is None:
+        return {}
+    try:
+        attributes = json.loads(text)
+    except ValueError as exc:
+        raise dumpfile.DumpError(f"{path!r}: the snapshot's attributes are not JSON") from exc
+    if not isinstance(attributes, dict):
+        raise dumpfile.DumpError(f"{path!r}: the snapshot's attributes are not a JSON object")
+    return attributes
 
 
 def write(filename: PathArg, parts: SnapshotParts) -> None:
@@ -54,7 +96,7 @@ def write(filename: PathArg, parts: SnapshotParts) -> None:
         mode=parts.mode,
         sample_interval=parts.sample_interval,
         traceback_limit=parts.traceback_limit,
-        extra={},
+        extra=_encode_attributes(parts.attributes),
     )
     dumpfile.write_dump(os.fsdecode(filename), header, parts.traces)
 
@@ -92,7 +134,13 @@ def read(filename: PathArg, allow_pickle: bool) -> SnapshotParts:
         return parts
     dump = dumpfile.read_dump(path)
     header = dump.header
-    return SnapshotParts(dump.traces, header.traceback_limit, header.mode, header.sample_interval)
+    return SnapshotParts(
+        dump.traces,
+        header.traceback_limit,
+        header.mode,
+        header.sample_interval,
+        _decode_attributes(path, dict(header.extra)),
+    )
 
 
 def _parts_of_unpickled(obj: object) -> SnapshotParts | None:
@@ -104,4 +152,6 @@ def _parts_of_unpickled(obj: object) -> SnapshotParts | None:
         return None
     mode = getattr(obj, "mode", "exact")
     sample_interval = getattr(obj, "sample_interval", 0)
-    return SnapshotParts(list(traces), limit, mode, sample_interval)
+    state = getattr(obj, "__dict__", {})
+    attributes = {k: v for k, v in state.items() if k not in ("traces", "traceback_limit")}
+    return SnapshotParts(list(traces), limit, mode, sample_interval, attributes)

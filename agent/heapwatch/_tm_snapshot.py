@@ -44,6 +44,12 @@ _S = TypeVar("_S", bound="Snapshot")
 _PER_TRACEBACK_FILTERS = (Filter, DomainFilter)
 
 
+# The instance attributes a Snapshot sets itself; any other is the user's.
+_OWN_ATTRIBUTES = frozenset(
+    ("_mode", "_sample_interval", "_source", "_mask", "_traces", "traceback_limit")
+)
+
+
 class _CoreSource:
     """A core snapshot and its traceback table, shared by the Snapshots
     filtered from one take_snapshot()."""
@@ -131,7 +137,8 @@ class Snapshot:
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A core snapshot cannot be pickled: pickle the traces it holds.
+        # A core snapshot cannot be pickled: pickle the traces it holds, and
+        # the user's attributes as the state (restored into __dict__).
         return (
             _restore,
             (
@@ -141,13 +148,23 @@ class Snapshot:
                 self._mode,
                 self._sample_interval,
             ),
+            self._attributes() or None,
         )
+
+    def _attributes(self) -> dict[str, object]:
+        """What a user set on this snapshot: the stdlib's pickle keeps it."""
+        return {k: v for k, v in vars(self).items() if k not in _OWN_ATTRIBUTES}
 
     def dump(self, filename: PathArg) -> None:
         """Writes the snapshot to filename in heapwatch's dump format (not a
-        pickle); load() reads it back."""
+        pickle); load() reads it back, with the attributes set on the snapshot
+        (JSON values only: TypeError names any other)."""
         parts = _tm_dump.SnapshotParts(
-            self._raw_traces(), self.traceback_limit, self._mode, self._sample_interval
+            self._raw_traces(),
+            self.traceback_limit,
+            self._mode,
+            self._sample_interval,
+            self._attributes(),
         )
         _tm_dump.write(filename, parts)
 
@@ -160,12 +177,17 @@ class Snapshot:
         it is unpickled and converted; pass it only for a file you trust.
         """
         parts = _tm_dump.read(filename, allow_pickle)
-        return cls(
+        snapshot = cls(
             parts.traces,
             parts.traceback_limit,
             mode=parts.mode,
             sample_interval=parts.sample_interval,
         )
+        for name, value in parts.attributes.items():
+            if name in _OWN_ATTRIBUTES:
+                continue  # a pickled snapshot's own state, rebuilt above
+            setattr(snapshot, name, value)
+        return snapshot
 
     def filter_traces(self, filters: Iterable[BaseFilter]) -> Snapshot:
         """A new Snapshot with the traces that some inclusive filter matches (if

@@ -17,6 +17,9 @@ underneath instead of the stdlib tracer.  Extensions:
 
 from __future__ import annotations
 
+# The stdlib module formats source lines through its ``linecache`` attribute,
+# which tests and tools patch (``tracemalloc.linecache.getline``).
+import linecache  # noqa: F401  (an attribute of the module, as in the stdlib)
 from typing import TYPE_CHECKING, SupportsIndex
 
 from heapwatch import _core
@@ -27,7 +30,7 @@ from heapwatch._tm_objects import Frame, Statistic, StatisticDiff, Trace, Traceb
 from heapwatch._tm_snapshot import Snapshot, snapshot_of_core
 
 if TYPE_CHECKING:
-    from heapwatch._core import Mode
+    from heapwatch._core import Frames, Mode, RawTrace
 
 __all__ = [
     "BaseFilter",
@@ -126,15 +129,42 @@ def get_tracemalloc_memory() -> int:
     return _core.get_tracemalloc_memory()
 
 
+def _get_object_traceback(obj: object) -> Frames | None:
+    """The raw frames ((filename, lineno), most recent first) of obj's
+    allocation, or None: the stdlib's private function of the same name."""
+    return _core.get_object_traceback(obj)
+
+
 def get_object_traceback(obj: object) -> Traceback | None:
     """Where obj was allocated, or None if that allocation was not traced
     (not tracing, allocated before start(), or not sampled)."""
-    frames = _core.get_object_traceback(obj)
+    frames = _get_object_traceback(obj)
     return None if frames is None else Traceback(frames)
+
+
+def _get_traces() -> list[RawTrace]:
+    """Every trace as a raw tuple (domain, size, frames, total_nframe), equal
+    tracebacks sharing one frames tuple; [] if not tracing.  The stdlib's
+    private function of the same name."""
+    if not _core.is_tracing():
+        return []
+    return _core.take_snapshot(traces=True).traces()
+
+
+_OWN_SNAPSHOT_PARTS = (is_tracing, _get_traces, get_traceback_limit)
 
 
 def take_snapshot() -> Snapshot:
     """A Snapshot of the traces now; RuntimeError if not tracing."""
+    if not is_tracing():
+        raise RuntimeError(
+            "the tracemalloc module must be tracing memory allocations to take a snapshot"
+        )
+    if (is_tracing, _get_traces, get_traceback_limit) != _OWN_SNAPSHOT_PARTS:
+        # The stdlib builds the snapshot from these module functions, looked up
+        # at call time; someone replaced one of them (a test double, say):
+        # build it from theirs, as the stdlib would.
+        return Snapshot(_get_traces(), get_traceback_limit())
     return snapshot_of_core(_core.take_snapshot(traces=True))
 
 

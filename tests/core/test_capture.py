@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from types import ModuleType
 
+from sizes import bytearray_block
+
 # The expected depth of each allocation, keyed by its size: unique among the
 # allocations made on Recorder.alloc's line (the bytearray objects themselves
 # take 56 bytes there: sizes start above that).
@@ -38,7 +40,7 @@ class Recorder:
 
     def alloc(self) -> None:
         self.size += 1
-        self.expected[self.size + 1] = _depth(sys._getframe())  # bytearray adds 1 byte
+        self.expected[bytearray_block(self.size)] = _depth(sys._getframe())
         block = bytearray(self.size)  # ALLOC
         self.kept.append(block)
 

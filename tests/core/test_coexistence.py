@@ -15,6 +15,8 @@ import textwrap
 
 import pytest
 
+from sizes import BYTEARRAY_OVERHEAD
+
 PRELUDE = textwrap.dedent(
     """
     import tracemalloc as S
@@ -24,12 +26,12 @@ PRELUDE = textwrap.dedent(
         # SMALL, a block pymalloc serves itself, is sampled through the fast
         # path of the hooks on top, through the slow path of buried exact ones.
         x = bytearray(size)
-        return any(t[1] == size + 1 for t in H.take_snapshot().traces())
+        return any(t[1] == size + OVERHEAD for t in H.take_snapshot().traces())
     SMALL = 300
 
     def std_sees():
         x = bytearray(123457)
-        return any(t.size == 123458 for t in S.take_snapshot().traces)
+        return any(t.size == 123457 + OVERHEAD for t in S.take_snapshot().traces)
 
     def allocator():
         import ctypes
@@ -120,7 +122,12 @@ SCENARIOS = {
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_coexistence_order(name: str) -> None:
-    code = PRELUDE + textwrap.dedent(SCENARIOS[name]) + "\nprint('ok')\n"
+    code = (
+        f"OVERHEAD = {BYTEARRAY_OVERHEAD}\n"
+        + PRELUDE
+        + textwrap.dedent(SCENARIOS[name])
+        + "\nprint('ok')\n"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )

@@ -6,6 +6,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from sizes import bytearray_block
+
 
 def _recurse(depth: int) -> Any:
     if depth == 0:
@@ -24,8 +26,7 @@ def _traceback_of(core: ModuleType, obj: object) -> tuple[tuple[str, int], ...]:
 
 
 def _trace_of(core: ModuleType, size: int) -> tuple[int, int, tuple[tuple[str, int], ...], int]:
-    # bytearray(n) allocates an n + 1 byte buffer
-    matches = [t for t in core.take_snapshot().traces() if t[1] == size + 1]
+    matches = [t for t in core.take_snapshot().traces() if t[1] == bytearray_block(size)]
     assert len(matches) == 1, matches
     return matches[0]  # type: ignore[no-any-return]
 

@@ -33,7 +33,8 @@ def get(url: str, token: str | None = None) -> tuple[int, str, dict[str, str]]:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read().decode(), dict(response.headers)
     except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(), dict(error.headers)
+        with error:  # its body is a temporary file: 3.14 warns if it is left open
+            return error.code, error.read().decode(), dict(error.headers)
 
 
 @pytest.fixture

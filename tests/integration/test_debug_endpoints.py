@@ -55,7 +55,8 @@ def get(url: str, headers: Mapping[str, str] | None = None, method: str = "GET")
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.headers, response.read()
     except urllib.error.HTTPError as error:
-        return error.code, error.headers, error.read()
+        with error:  # its body is a temporary file: 3.14 warns if it is left open
+            return error.code, error.headers, error.read()
 
 
 @pytest.fixture

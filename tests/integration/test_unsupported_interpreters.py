@@ -15,6 +15,7 @@ import pytest
 
 import heapwatch
 from agent_process import clean_env
+from heapwatch._interpreter import SUPPORTED_MAX, SUPPORTED_MIN
 
 FIND_PYTHON = Path(__file__).resolve().parents[2] / "tools" / "find-python"
 OLD_VERSIONS = ["3.6", "3.7", "3.8"]
@@ -35,7 +36,8 @@ def old_python(version: str) -> str:
 
 
 def refusal(version: str) -> str:
-    return f"heapwatch supports CPython 3.9 to 3.13; this is CPython {version}"
+    lowest, highest = (".".join(map(str, v)) for v in (SUPPORTED_MIN, SUPPORTED_MAX))
+    return f"heapwatch supports CPython {lowest} to {highest}; this is CPython {version}"
 
 
 @pytest.mark.parametrize("version", OLD_VERSIONS)

@@ -166,12 +166,83 @@ foreign_thread_alloc_while_holding_gil(PyObject *self, PyObject *args)
     return PyLong_FromVoidPtr(ptr);
 }
 
+#if PY_VERSION_HEX >= 0x030D0000
+/* Another tool's reference tracer (3.13+), counting the objects created,
+ * chaining to whatever held the slot before it. */
+static PyRefTracer other_prev;
+static void *other_prev_data;
+static long long other_created;
+
+static int
+other_tracer(PyObject *op, PyRefTracerEvent event, void *data)
+{
+    (void)data;
+    if (event == PyRefTracer_CREATE) {
+        other_created++;
+    }
+    return other_prev != NULL ? other_prev(op, event, other_prev_data) : 0;
+}
+
+static PyObject *
+other_tracer_install(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    other_prev = PyRefTracer_GetTracer(&other_prev_data);
+    if (PyRefTracer_SetTracer(other_tracer, NULL) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Puts back the tracer it found if it is still on top; returns whether it was. */
+static PyObject *
+other_tracer_uninstall(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    void *data;
+    if (PyRefTracer_GetTracer(&data) != other_tracer) {
+        Py_RETURN_FALSE;
+    }
+    if (PyRefTracer_SetTracer(other_prev, other_prev_data) < 0) {
+        return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+other_tracer_created(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromLongLong(other_created);
+}
+
+/* The name of the tracer in the slot: "none", "other" or "foreign". */
+static PyObject *
+ref_tracer_in_slot(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    void *data;
+    PyRefTracer tracer = PyRefTracer_GetTracer(&data);
+    return PyUnicode_FromString(tracer == NULL ? "none" : tracer == other_tracer ? "other" : "foreign");
+}
+#endif
+
 static PyMethodDef methods[] = {
     {"raw_alloc_nogil", raw_alloc_nogil, METH_VARARGS, NULL},
     {"raw_free_nogil", raw_free_nogil, METH_O, NULL},
     {"churn_nogil", churn_nogil, METH_VARARGS, NULL},
     {"foreign_thread_alloc_while_holding_gil", foreign_thread_alloc_while_holding_gil,
      METH_VARARGS, NULL},
+#if PY_VERSION_HEX >= 0x030D0000
+    {"other_tracer_install", other_tracer_install, METH_NOARGS, NULL},
+    {"other_tracer_uninstall", other_tracer_uninstall, METH_NOARGS, NULL},
+    {"other_tracer_created", other_tracer_created, METH_NOARGS, NULL},
+    {"ref_tracer_in_slot", ref_tracer_in_slot, METH_NOARGS, NULL},
+#endif
     {NULL, NULL, 0, NULL},
 };
 
