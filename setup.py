@@ -66,7 +66,7 @@ core = Extension(
     include_dirs=[str(CSRC.relative_to(HERE))],
     extra_compile_args=_compile_args(),
     extra_link_args=_link_args(),
-    libraries=["m"],
+    libraries=["m", "dl"],  # dl: dlopen before glibc 2.34
 )
 
 setup(ext_modules=[core], cmdclass={"build_py": BuildPyWithPth})

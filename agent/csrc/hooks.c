@@ -205,6 +205,59 @@ hw_hooks_restamp(void *block)
     maybe_queue_drain(dead);
 }
 
+void
+hw_hooks_track(unsigned int domain, uintptr_t ptr, size_t size)
+{
+    hw_tls_t *tls = &hw_tls;
+    int state = hw_load_int(&hw_tracer.hook_state);
+    if (tls->reentrant || !(state & HW_STATE_RECORDING) || ptr == 0) {
+        return;
+    }
+    uint32_t fast = hook_enter(tls);
+    /* Sampled from the thread's RAW countdown: the caller may not hold the
+     * GIL, and a reported block is sampled like any block. */
+    if (wants_record(state, tls, size, 0)) {
+        uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
+        hw_capture_t cap;
+        if (capture_caller(&cap, 0) == 0) {
+            hw_lock();
+            if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
+                hw_add_trace_unlocked(domain, ptr, size, &cap);
+            }
+            size_t dead = hw_graveyard_len_unlocked();
+            hw_unlock();
+            hw_capture_release(&cap);
+            if (!cap.foreign) {
+                maybe_queue_drain(dead);
+            }
+        }
+        else {
+            hw_count_dropped();
+        }
+    }
+    hook_leave(tls, fast);
+}
+
+void
+hw_hooks_untrack(unsigned int domain, uintptr_t ptr)
+{
+    int state = hw_load_int(&hw_tracer.hook_state);
+    /* Inside a hook (an allocator under ours reporting its blocks) the lock
+     * may be ours already. */
+    if (hw_tls.reentrant || !(state & HW_STATE_TRACING) || !maybe_traced(state, (void *)ptr)) {
+        return;
+    }
+    hw_lock();
+    if (hw_tracer.tracing) {
+        (void)hw_remove_trace_unlocked(domain, ptr);
+    }
+    size_t dead = hw_graveyard_len_unlocked();
+    hw_unlock();
+    if (HW_UNLIKELY(dead >= GRAVEYARD_DRAIN_AT) && hw_tstate_if_gil_held() != NULL) {
+        queue_drain();
+    }
+}
+
 /* Out of line, so that the fast paths of the hooks save no registers;
  * flattened, so that the traced path is one function with every helper
  * inlined but the rare ones (HW_COLD). */

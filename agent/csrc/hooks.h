@@ -15,6 +15,9 @@
 #ifndef HEAPWATCH_HOOKS_H
 #define HEAPWATCH_HOOKS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* GIL held, nothing traced.  Puts our hooks in the chain, or keeps them
  * there, fit for the mode about to start (sampling or not).  Returns -1 with
  * an exception set when they cannot go in safely: the stdlib tracer is
@@ -33,5 +36,11 @@ int hw_hooks_installed(void);
 void hw_hooks_restamp(void *block);
 /* Registers the fork handlers once.  Returns -1 with an exception set. */
 int hw_hooks_init_once(void);
+/* What the hooks do for a block an extension reports through
+ * PyTraceMalloc_Track() / PyTraceMalloc_Untrack() (interpose.h), with or
+ * without the GIL: recorded in its domain with the caller's traceback
+ * (sampled like any block in sample mode), or forgotten.  Never raise. */
+void hw_hooks_track(unsigned int domain, uintptr_t ptr, size_t size);
+void hw_hooks_untrack(unsigned int domain, uintptr_t ptr);
 
 #endif

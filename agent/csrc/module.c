@@ -7,6 +7,7 @@
 
 #include "groups.h"
 #include "hooks.h"
+#include "interpose.h"
 #include "mem.h"
 #include "reftracer.h"
 #include "snapshot.h"
@@ -718,6 +719,14 @@ core_untrack(PyObject *module, PyObject *args)
 }
 
 static PyObject *
+core_interposed(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromSize_t(hw_interpose_count());
+}
+
+static PyObject *
 core_at_exit(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -849,6 +858,8 @@ static PyMethodDef core_methods[] = {
      "whether heapwatch's reference tracer (3.13+) holds the interpreter's slot"},
     {"_track", core_track, METH_VARARGS, "_track(domain, ptr, size) -> 0, -1 or -2"},
     {"_untrack", core_untrack, METH_VARARGS, "_untrack(domain, ptr) -> 0 or -2"},
+    {"_interposed", core_interposed, METH_NOARGS,
+     "-> GOT entries now pointing at heapwatch's PyTraceMalloc_Track/Untrack and dlopen wrappers"},
     {"_at_exit", core_at_exit, METH_NOARGS, NULL},
     {"_check_invariants", core_check_invariants, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

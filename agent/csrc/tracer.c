@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "hooks.h"
+#include "interpose.h"
 #include "mem.h"
 #include "reftracer.h"
 #include "sampling.h"
@@ -161,13 +162,16 @@ account_remove_unlocked(hw_traceback_t *tb, size_t size)
     }
 }
 
-/* Whether the sampled-block filter counts the traces of a table: the hooks'
- * table in sample mode.  Its count for a block rises when the insert is
- * queued, so that a free racing ahead of the queue still looks the block up. */
+/* Whether the sampled-block filter counts the traces of a table: every table
+ * in sample mode, so that PyTraceMalloc_Untrack() of a block that was not
+ * sampled (most of numpy's) looks nothing up either.  Its count for a block
+ * rises when the insert is queued, so that a free racing ahead of the queue
+ * still looks the block up. */
 static inline int
 filtered(uint32_t domain)
 {
-    return domain == 0 && hw_tracer.mode == HW_MODE_SAMPLE;
+    (void)domain;
+    return hw_tracer.mode == HW_MODE_SAMPLE;
 }
 
 /* put_unlocked() when the block was traced already or out of memory. */
@@ -347,6 +351,9 @@ hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t 
         hw_count_dropped();
         return;
     }
+    if (filtered(domain)) {
+        hw_filter_add_unlocked(ptr, +1); /* put_unlocked takes it back if it fails */
+    }
     put_unlocked(table, domain, ptr, size, tb);
 }
 
@@ -365,6 +372,7 @@ hw_housekeeping(void)
         hw_reftracer_reclaim();
     }
     hw_tb_release_orphans();
+    hw_interpose_refresh(); /* objects loaded other than by an import */
     hw_lock();
     if (tables_ready) {
         hw_flush_unlocked();
@@ -438,6 +446,7 @@ hw_start(int max_nframe, int mode, uint64_t sample_interval)
         hw_hooks_uninstall();
         return -1;
     }
+    hw_interpose_install();
     hw_sampling_reseed_all();
     hw_lock();
     __atomic_store_n(&hw_tracer.max_nframe, max_nframe, __ATOMIC_RELAXED);
@@ -464,6 +473,7 @@ hw_stop(void)
     __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
     reset_tables_unlocked();
     hw_unlock();
+    hw_interpose_uninstall();
     hw_reftracer_uninstall();
     hw_hooks_uninstall();
     hw_graveyard_drain();

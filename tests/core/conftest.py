@@ -29,7 +29,7 @@ def core() -> Iterator[ModuleType]:
         _core.stop()
 
 
-def _build_hwtest(build_dir: Path) -> Path:
+def _build_hwtest(build_dir: Path, *flags: str) -> Path:
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     target = build_dir / f"_hwtest{suffix}"
     include = sysconfig.get_paths()["include"]
@@ -42,6 +42,7 @@ def _build_hwtest(build_dir: Path) -> Path:
         "-Wall",
         "-Wextra",
         "-Werror",
+        *flags,
         f"-I{include}",
         str(HERE / "hwtest" / "_hwtest.c"),
         "-o",
@@ -62,3 +63,10 @@ def hwtest(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     spec.loader.exec_module(module)
     sys.modules["_hwtest"] = module
     return module
+
+
+@pytest.fixture(scope="session")
+def hwtest_no_plt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The path of _hwtest built with -fno-plt, not imported: its calls to the
+    C API go through GOT entries of the other kind (R_X86_64_GLOB_DAT)."""
+    return _build_hwtest(tmp_path_factory.mktemp("hwtest-no-plt"), "-fno-plt")

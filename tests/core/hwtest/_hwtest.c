@@ -231,12 +231,137 @@ ref_tracer_in_slot(PyObject *self, PyObject *unused)
 }
 #endif
 
+/* Blocks reported through PyTraceMalloc_Track(), as numpy reports its array
+ * data: up to numpy 2.4 a block from libc's malloc, from 2.5 one from
+ * PyMem_RawMalloc moved out of domain 0 into numpy's. */
+
+static int
+parse_domain_size(PyObject *args, unsigned int *domain, Py_ssize_t *size)
+{
+    if (!PyArg_ParseTuple(args, "In", domain, size)) {
+        return -1;
+    }
+    if (*size < 1) {
+        PyErr_Format(PyExc_ValueError, "size must be >= 1, got %zd", *size);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+block_or_error(void *ptr)
+{
+    return ptr != NULL ? PyLong_FromVoidPtr(ptr) : PyErr_NoMemory();
+}
+
+/* tracked_malloc(domain, size) -> address: malloc, then PyTraceMalloc_Track.
+ * Built as usual the calls go through the PLT (R_X86_64_JUMP_SLOT entries),
+ * built with -fno-plt through the GOT (R_X86_64_GLOB_DAT). */
+static PyObject *
+tracked_malloc(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned int domain;
+    Py_ssize_t size;
+    if (parse_domain_size(args, &domain, &size) < 0) {
+        return NULL;
+    }
+    void *ptr = malloc((size_t)size);
+    if (ptr != NULL) {
+        PyTraceMalloc_Track(domain, (uintptr_t)ptr, (size_t)size);
+    }
+    return block_or_error(ptr);
+}
+
+/* The same with the GIL released (the stdlib's function takes it itself). */
+static PyObject *
+tracked_malloc_nogil(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned int domain;
+    Py_ssize_t size;
+    if (parse_domain_size(args, &domain, &size) < 0) {
+        return NULL;
+    }
+    void *ptr;
+    Py_BEGIN_ALLOW_THREADS
+    ptr = malloc((size_t)size);
+    if (ptr != NULL) {
+        PyTraceMalloc_Track(domain, (uintptr_t)ptr, (size_t)size);
+    }
+    Py_END_ALLOW_THREADS
+    return block_or_error(ptr);
+}
+
+/* untracked_free(domain, address): PyTraceMalloc_Untrack, then free. */
+static PyObject *
+untracked_free(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned int domain;
+    PyObject *address;
+    if (!PyArg_ParseTuple(args, "IO", &domain, &address)) {
+        return NULL;
+    }
+    void *ptr = PyLong_AsVoidPtr(address);
+    if (ptr == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyTraceMalloc_Untrack(domain, (uintptr_t)ptr);
+    free(ptr);
+    Py_RETURN_NONE;
+}
+
+/* raw_retracked(domain, size) -> address: numpy 2.5's way, a block from
+ * PyMem_RawMalloc (traced in domain 0) untracked there and tracked again in
+ * domain. */
+static PyObject *
+raw_retracked(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned int domain;
+    Py_ssize_t size;
+    if (parse_domain_size(args, &domain, &size) < 0) {
+        return NULL;
+    }
+    void *ptr = PyMem_RawMalloc((size_t)size);
+    if (ptr != NULL) {
+        PyTraceMalloc_Untrack(0, (uintptr_t)ptr);
+        PyTraceMalloc_Track(domain, (uintptr_t)ptr, (size_t)size);
+    }
+    return block_or_error(ptr);
+}
+
+/* raw_untracked_free(domain, address): its undoing. */
+static PyObject *
+raw_untracked_free(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned int domain;
+    PyObject *address;
+    if (!PyArg_ParseTuple(args, "IO", &domain, &address)) {
+        return NULL;
+    }
+    void *ptr = PyLong_AsVoidPtr(address);
+    if (ptr == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyTraceMalloc_Untrack(domain, (uintptr_t)ptr);
+    PyMem_RawFree(ptr);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"raw_alloc_nogil", raw_alloc_nogil, METH_VARARGS, NULL},
     {"raw_free_nogil", raw_free_nogil, METH_O, NULL},
     {"churn_nogil", churn_nogil, METH_VARARGS, NULL},
     {"foreign_thread_alloc_while_holding_gil", foreign_thread_alloc_while_holding_gil,
      METH_VARARGS, NULL},
+    {"tracked_malloc", tracked_malloc, METH_VARARGS, NULL},
+    {"tracked_malloc_nogil", tracked_malloc_nogil, METH_VARARGS, NULL},
+    {"untracked_free", untracked_free, METH_VARARGS, NULL},
+    {"raw_retracked", raw_retracked, METH_VARARGS, NULL},
+    {"raw_untracked_free", raw_untracked_free, METH_VARARGS, NULL},
 #if PY_VERSION_HEX >= 0x030D0000
     {"other_tracer_install", other_tracer_install, METH_NOARGS, NULL},
     {"other_tracer_uninstall", other_tracer_uninstall, METH_NOARGS, NULL},
