@@ -8,8 +8,9 @@ copy: ``heapwatch.tracemalloc`` takes the place of ``tracemalloc`` in
 heapwatch.  Tests that cannot concern heapwatch are skipped here, each with
 its reason; nothing else is.
 
-Usage: python runner.py [--json]  (run from a scratch directory: the tests
-write files into the current one).  Exit status 0 when nothing failed.
+Usage: python runner.py SUMMARY.json  (from a scratch directory: the tests
+write files into the current one).  Writes a JSON summary of every test's
+outcome; the exit status is 0 when nothing failed.
 """
 
 from __future__ import annotations
@@ -72,43 +73,99 @@ def _mark(module: Any) -> None:
         setattr(cls, test_name, unittest.expectedFailure(getattr(cls, test_name)))
 
 
-class _Result(unittest.TextTestResult):
-    """Also keeps the id of every test that passed."""
+# What each test did, filled by the wrappers _record() puts on unittest's
+# TestResult: whichever result class regrtest uses, it derives from it.
+OUTCOMES: dict[str, dict[str, str]] = {
+    key: {}
+    for key in (
+        "passed",
+        "failed",
+        "errors",
+        "skipped",
+        "expected_failures",
+        "unexpected_successes",
+    )
+}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.passed: list[str] = []
 
-    def addSuccess(self, test: unittest.TestCase) -> None:
-        super().addSuccess(test)
-        self.passed.append(test.id())
+def _short(test: Any) -> str:
+    return str(test.id()).split("test_tracemalloc.", 1)[-1]
 
 
-def _short(test_id: str) -> str:
-    return test_id.split("test_tracemalloc.", 1)[-1]
+def _record() -> None:
+    result = unittest.TestResult
+    originals = {
+        "passed": result.addSuccess,
+        "failed": result.addFailure,
+        "errors": result.addError,
+        "skipped": result.addSkip,
+        "expected_failures": result.addExpectedFailure,
+        "unexpected_successes": result.addUnexpectedSuccess,
+    }
+    names = {
+        "passed": "addSuccess",
+        "failed": "addFailure",
+        "errors": "addError",
+        "skipped": "addSkip",
+        "expected_failures": "addExpectedFailure",
+        "unexpected_successes": "addUnexpectedSuccess",
+    }
+
+    def wrap(key: str, original: Any) -> Any:
+        def add(self: Any, test: Any, *details: Any) -> Any:
+            detail = details[0] if key == "skipped" else ""
+            OUTCOMES[key][_short(test)] = str(detail)
+            return original(self, test, *details)
+
+        return add
+
+    for key, original in originals.items():
+        setattr(result, names[key], wrap(key, original))
+
+
+def _mark_when_loaded() -> None:
+    """Marks the test module as regrtest loads it: regrtest imports it
+    afresh, so marks made on an earlier import would be lost."""
+    load = unittest.TestLoader.loadTestsFromModule
+
+    def load_marked(self: unittest.TestLoader, module: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(module, "__name__", "") == "test.test_tracemalloc":
+            if module.tracemalloc is not sys.modules["tracemalloc"]:
+                raise SystemExit("test_tracemalloc imported another tracemalloc than heapwatch's")
+            _mark(module)
+        return load(self, module, *args, **kwargs)
+
+    unittest.TestLoader.loadTestsFromModule = load_marked  # type: ignore[method-assign]
 
 
 def main() -> int:
+    """Runs the file through the interpreter's own test runner (regrtest),
+    in this process: its tests depend on being run from there (test_snapshot
+    expects a traceback deeper than a plain unittest run has, and fails
+    under one with the stdlib too).  argv[1]: where to write the summary."""
+    out = sys.argv[1]
     module = _install_heapwatch()
-    _mark(module)
-    suite = unittest.defaultTestLoader.loadTestsFromModule(module)
-    runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=_Result)
-    result = runner.run(suite)
-    assert isinstance(result, _Result)
+    _mark_when_loaded()
+    _record()
+    from test.libregrtest.main import main as regrtest
+
+    sys.argv = [sys.argv[0], "-v", "test_tracemalloc"]
+    code: object = 0
+    try:
+        regrtest()
+    except SystemExit as exit_:
+        code = exit_.code
     summary = {
         "python": ".".join(map(str, sys.version_info[:3])),
         "file": module.__file__,
-        "run": result.testsRun,
-        "passed": sorted(_short(t) for t in result.passed),
-        "failed": sorted(_short(t.id()) for t, _ in result.failures),
-        "errors": sorted(_short(t.id()) for t, _ in result.errors),
-        "skipped": {_short(t.id()): reason for t, reason in result.skipped},
-        "expected_failures": sorted(_short(t.id()) for t, _ in result.expectedFailures),
-        "unexpected_successes": sorted(_short(t.id()) for t in result.unexpectedSuccesses),
+        "regrtest_exit": code,
+        **{key: sorted(tests) for key, tests in OUTCOMES.items() if key != "skipped"},
+        "skipped": OUTCOMES["skipped"],
     }
-    if "--json" in sys.argv[1:]:
-        print(json.dumps(summary))
-    return 0 if result.wasSuccessful() else 1
+    with open(out, "w", encoding="utf-8") as fp:
+        json.dump(summary, fp)
+    failed = any(OUTCOMES[k] for k in ("failed", "errors", "unexpected_successes"))
+    return 1 if failed or code not in (0, None) else 0
 
 
 if __name__ == "__main__":
