@@ -122,6 +122,9 @@ def fetch(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = No
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body: bytes = response.read()
             return body.decode()
+    except urllib.error.HTTPError as error:
+        error.close()  # its body is a temporary file: 3.14 warns if it is left open
+        return None
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return None
 
@@ -168,3 +171,43 @@ def running(
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
+
+
+def python_path() -> str:
+    """This test's heapwatch, for a child (installed or in the source tree)."""
+    import heapwatch
+    import heapwatch_exporters
+
+    paths = {
+        os.path.dirname(os.path.dirname(heapwatch.__file__)),
+        os.path.dirname(os.path.dirname(heapwatch_exporters.__file__)),
+    }
+    return os.pathsep.join(sorted(paths))
+
+
+def run_script(
+    source: str,
+    *args: str,
+    cwd: str | os.PathLike[str],
+    timeout: float = 60.0,
+    check: bool = True,
+    python_args: tuple[str, ...] = (),
+    **variables: str,
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``source`` in a fresh interpreter that imports this test's heapwatch,
+    with ``variables`` added to a clean environment; fails on a non-zero
+    status when ``check``."""
+    script = Path(cwd) / "script.py"
+    script.write_text(source)
+    done = subprocess.run(
+        [sys.executable, *python_args, str(script), *args],
+        env=clean_env(PYTHONPATH=python_path(), **variables),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check:
+        assert done.returncode == 0, f"status {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done

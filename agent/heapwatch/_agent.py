@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 from heapwatch._config import AgentConfig
 from heapwatch._errors import HeapwatchError
 from heapwatch._server import Router, Server
+from heapwatch._threads import outlive_nobody, signals_blocked, start_thread
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -470,15 +471,14 @@ class Agent:
         self._ensure_server()
         stop_event = threading.Event()
         self._stop_event = stop_event
-        thread = threading.Thread(
-            target=self._run, args=(stop_event,), name="heapwatch-agent", daemon=True
-        )
-        self._thread = thread
-        thread.start()
+        self._thread = start_thread(self._run, "heapwatch-agent", (stop_event,))
 
     def _start_exporter(self, exporter: Exporter) -> bool:
         try:
-            exporter.start(self)
+            # Threads an exporter's libraries start are born with the
+            # service's signals blocked too (heapwatch._threads).
+            with signals_blocked():
+                exporter.start(self)
         except Exception:
             log.exception("heapwatch exporter %r failed to start; left out", exporter.name)
             return False
@@ -608,6 +608,10 @@ class Agent:
             self._source.reset_peak()
             self._state = _RUNNING
             self._start_components()
+            if not _main_thread_ends_process:
+                # The child ends when its last thread does (no exit() at the
+                # end of a main()): ours must not be the last.
+                outlive_nobody(lambda: self._stop(AT_EXIT_TIMEOUT, at_exit=True))
         except Exception:
             log.exception("heapwatch agent could not restart after fork in pid %d", os.getpid())
 
@@ -617,14 +621,29 @@ class Agent:
 _agent: Agent | None = None
 _agent_lock = threading.Lock()
 
+# Whether the end of this process's main thread ends the process: true in the
+# process Python started (its main() calls exit(), which ends daemon threads
+# too), false in a child forked from any other thread, whose "main thread"
+# (threading.main_thread()) is the forking one and ends with a plain thread
+# exit: the process then lives as long as any thread does.
+_main_thread_ends_process = True
+_forking_from_main = True
 
-def _reset_lock_in_child() -> None:
-    global _agent_lock
+
+def _before_fork() -> None:
+    global _forking_from_main
+    _forking_from_main = threading.get_ident() == threading.main_thread().ident
+
+
+def _after_fork_in_child() -> None:
+    # Registered before any agent's own hook, so it runs first in the child.
+    global _agent_lock, _main_thread_ends_process
     _agent_lock = threading.Lock()
+    _main_thread_ends_process = _main_thread_ends_process and _forking_from_main
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_lock_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def get_agent() -> Agent | None:

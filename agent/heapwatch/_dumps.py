@@ -27,6 +27,8 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from heapwatch._threads import start_thread
+
 if TYPE_CHECKING:
     from types import FrameType
 
@@ -411,11 +413,7 @@ class DumpService:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         self._wake = (read_end, write_end)
-        worker = threading.Thread(
-            target=self._work, args=(read_end,), name="heapwatch-dump", daemon=True
-        )
-        self._worker = worker
-        worker.start()
+        self._worker = start_thread(self._work, "heapwatch-dump", (read_end,))
 
     def _work(self, read_end: int) -> None:
         while True:

@@ -22,9 +22,11 @@ import selectors
 import socket
 import threading
 from collections.abc import Iterable
-from socketserver import TCPServer, ThreadingMixIn
+from socketserver import TCPServer
 from typing import TYPE_CHECKING, Any, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from heapwatch._threads import start_thread
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -144,9 +146,49 @@ class _Handler(WSGIRequestHandler):
         return _LogStream()
 
 
-class _HTTPServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    block_on_close = False
+class _HTTPServer(WSGIServer):
+    """wsgiref's server, a thread per request (heapwatch's: signals blocked),
+    that can abort the requests in flight when it stops."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._requests: set[socket.socket] = set()
+        self._requests_lock = threading.Lock()  # guards _requests
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._requests_lock:
+            self._requests.add(request)
+        start_thread(self._serve_request, "heapwatch-http-request", (request, client_address))
+
+    def _serve_request(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._requests_lock:
+            self._requests.discard(request)
+        super().shutdown_request(request)
+
+    def abort_requests(self) -> None:
+        """Ends the requests in flight (their threads see their socket shut)."""
+        with self._requests_lock:
+            requests = list(self._requests)
+        for request in requests:
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
+
+    def forget_requests(self) -> None:
+        """In a forked child: closes the parent's connections, never shuts them."""
+        # A thread of the parent may have held the lock: the child's is new.
+        self._requests_lock = threading.Lock()
+        requests, self._requests = list(self._requests), set()
+        for request in requests:
+            with contextlib.suppress(OSError):
+                request.close()
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup
@@ -224,10 +266,7 @@ class Server:
         httpd.set_app(self.app)
         self._httpd = httpd
         self._wake = os.pipe()
-        self._thread = threading.Thread(
-            target=self._serve, args=(httpd, self._wake[0]), name="heapwatch-http", daemon=True
-        )
-        self._thread.start()
+        self._thread = start_thread(self._serve, "heapwatch-http", (httpd, self._wake[0]))
         return True
 
     def _bind(self) -> _HTTPServer | None:
@@ -289,6 +328,7 @@ class Server:
             thread.join(max(0.0, timeout))
             ended = not thread.is_alive()
         httpd.server_close()
+        httpd.abort_requests()
         if wake is not None:
             for fd in wake:
                 with contextlib.suppress(OSError):
@@ -302,6 +342,7 @@ class Server:
         self._httpd = self._thread = self._wake = None
         if httpd is not None:
             httpd.socket.close()
+            httpd.forget_requests()
         for fd in wake or ():
             with contextlib.suppress(OSError):
                 os.close(fd)

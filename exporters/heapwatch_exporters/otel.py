@@ -30,6 +30,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from heapwatch import __version__
 from heapwatch._agent import Agent, Readings
 from heapwatch._config import env_value
+from heapwatch._threads import start_thread
 from heapwatch_exporters._catalogue import (
     CATALOGUE,
     OTEL_ATTRIBUTE_FILE,
@@ -228,8 +229,7 @@ class _ExportThread:
         self._timeout_ms = timeout_ms
         self._stop = threading.Event()
         self._failing = False
-        self._thread = threading.Thread(target=self._run, name="heapwatch-otlp", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._run, "heapwatch-otlp")
 
     def _export(self) -> None:
         try:

@@ -1,0 +1,118 @@
+"""Threads heapwatch starts: daemons that leave the service's signals alone.
+
+A process-directed signal (``kill PID``) goes to any thread that does not
+block it.  A service that blocks a signal in its main thread (to take it
+later with ``sigwait`` or ``sigpending``, as ``test_signal.test_sigpending``
+does) would otherwise have it taken by one of heapwatch's threads, and its
+handler run at the wrong moment.  So every thread heapwatch starts blocks
+every asynchronous signal, and so does every thread started from one of them
+(a thread inherits its creator's mask: wsgiref's request threads, the
+exporters' own).  The synchronous ones (faults raised by the thread itself)
+stay deliverable, so that a crash in our thread is reported as one, by
+faulthandler too.  SIGPIPE is blocked: a client that closes its connection
+gives EPIPE, never a signal, whatever the service did with SIGPIPE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any, Callable
+
+__all__ = [
+    "ASYNCHRONOUS_SIGNALS",
+    "SYNCHRONOUS_SIGNALS",
+    "is_ours",
+    "outlive_nobody",
+    "signals_blocked",
+    "start_thread",
+]
+
+SYNCHRONOUS_SIGNALS: frozenset[int] = frozenset(
+    int(getattr(signal, name))
+    for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS")
+    if hasattr(signal, name)
+)
+ASYNCHRONOUS_SIGNALS: frozenset[int] = (
+    frozenset(int(s) for s in signal.valid_signals()) - SYNCHRONOUS_SIGNALS
+    if hasattr(signal, "pthread_sigmask")
+    else frozenset()
+)
+
+
+@contextlib.contextmanager
+def signals_blocked() -> Iterator[None]:
+    """Blocks the asynchronous signals in the calling thread, and restores its
+    mask after: threads created meanwhile (by us or by code we call) are
+    born with them blocked, with no moment where a signal could reach them."""
+    if not ASYNCHRONOUS_SIGNALS:
+        yield
+        return
+    # pthread_sigmask() runs pending Python handlers after changing the mask,
+    # and one that raises loses the previous mask: read it first, unchanged.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, ASYNCHRONOUS_SIGNALS)
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class _Thread(threading.Thread):
+    def run(self) -> None:
+        # Born blocked (start_thread), and made sure of here: a thread
+        # started from a thread that unblocked something again.
+        if ASYNCHRONOUS_SIGNALS:
+            signal.pthread_sigmask(signal.SIG_BLOCK, ASYNCHRONOUS_SIGNALS)
+        super().run()
+
+
+def start_thread(
+    target: Callable[..., Any], name: str, args: tuple[Any, ...] = ()
+) -> threading.Thread:
+    """Starts a daemon thread running ``target(*args)`` with the asynchronous
+    signals blocked."""
+    thread = _Thread(target=target, args=args, name=name, daemon=True)
+    with signals_blocked():
+        thread.start()
+    return thread
+
+
+def is_ours(thread: threading.Thread) -> bool:
+    """Whether ``thread`` was started by ``start_thread``."""
+    return isinstance(thread, _Thread)
+
+
+def _others(me: threading.Thread) -> list[threading.Thread]:
+    # Dummy threads (started outside threading, from C) cannot be joined,
+    # nor known to end: they are not waited for.
+    return [
+        thread
+        for thread in threading.enumerate()
+        if thread is not me
+        and not is_ours(thread)
+        and not isinstance(thread, threading._DummyThread)
+    ]
+
+
+def _watch(then: Callable[[], object]) -> None:
+    me = threading.current_thread()
+    while True:
+        others = _others(me)
+        if not others:
+            break
+        for thread in others:
+            thread.join()
+    then()
+
+
+def outlive_nobody(then: Callable[[], object]) -> threading.Thread:
+    """Calls ``then`` (which must end heapwatch's threads) from a thread of
+    its own once every thread of the application's has ended.
+
+    For a process that ends when its last thread ends rather than when its
+    main thread returns from ``main()``: a child forked from a thread other
+    than the main one (a plain thread exit ends it, not ``exit()``)."""
+    return start_thread(_watch, "heapwatch-lifeline", (then,))
