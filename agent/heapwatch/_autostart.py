@@ -7,15 +7,24 @@ about it.  It never raises (a failure is a warning: the service starts
 anyway), and it imports nothing heavy unless the value is true: the false
 words are recognised here too, without importing ``heapwatch._config``, for
 an import that does not come from the hook.
+
+Under ``python -E`` or ``-I`` (``sys.flags.ignore_environment``) nothing
+starts, whatever ``HEAPWATCH_ENABLED`` says: the process asked to be left as
+its environment would not make it, as CPython then ignores
+``PYTHONTRACEMALLOC`` (the ``.pth`` line checks the flag first, too).
+``start_agent()`` called by the application itself still starts the agent.
 """
 
 import os
+import sys
 
 # heapwatch._config's false words, and the .pth line's; a test keeps the three in step.
 _FALSE_WORDS = ("", "0", "false", "no", "off", "n", "f")
 
 
 def _autostart() -> None:
+    if sys.flags.ignore_environment:
+        return
     if os.environ.get("HEAPWATCH_ENABLED", "").strip().lower() in _FALSE_WORDS:
         return
     try:

@@ -1,0 +1,92 @@
+"""Auto-start under ``python -E`` / ``-I``: off, as CPython ignores
+PYTHONTRACEMALLOC there; and sys._debugmallocstats() while tracing, as the
+stdlib tracer has it."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agent_process import clean_env, installed_python, run_script
+
+PROBE = textwrap.dedent(
+    """\
+    import sys
+    agent = sys.modules.get("heapwatch._agent")
+    print("agent running:", bool(agent and agent.get_agent()))
+    sys.stdout.flush()
+    sys._debugmallocstats()
+    """
+)
+
+
+def run_installed(flags: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    python = installed_python()
+    return subprocess.run(
+        [python, *flags, "-c", PROBE],
+        env=clean_env(HEAPWATCH_ENABLED="1", HEAPWATCH_EXPORTERS="none", HEAPWATCH_MODE="exact"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+@pytest.mark.parametrize("flag", ["-E", "-I"])
+def test_python_told_to_ignore_its_environment_starts_no_agent(tmp_path: Path, flag: str) -> None:
+    # Given HEAPWATCH_ENABLED=1, when Python runs with -E or -I
+    done = run_installed([flag], tmp_path)
+    # Then the hook starts nothing: the process is the untraced one
+    assert "agent running: False" in done.stdout
+    assert "Small block threshold" in done.stderr  # pymalloc's own statistics
+
+
+def test_without_the_flags_the_same_environment_starts_the_agent(tmp_path: Path) -> None:
+    done = run_installed([], tmp_path)
+    assert "agent running: True" in done.stdout
+
+
+DEBUGMALLOCSTATS = textwrap.dedent(
+    """\
+    import sys
+
+    if sys.argv[1] == "stdlib":
+        import tracemalloc as tracer
+        tracer.start(25)
+    elif sys.argv[1] != "untraced":
+        from heapwatch import tracemalloc as tracer
+        tracer.start(25, mode=sys.argv[1])
+    sys._debugmallocstats()
+    if sys.argv[1] != "untraced":
+        tracer.stop()
+        print("--- stopped", file=sys.stderr, flush=True)
+        sys._debugmallocstats()
+    """
+)
+
+
+def sections(text: str) -> tuple[bool, bool]:
+    return "Small block threshold" in text, "free PyDictObjects" in text
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_debugmallocstats_while_tracing_shows_what_it_shows_under_the_stdlib_tracer(
+    tmp_path: Path, mode: str
+) -> None:
+    def run(tracer: str) -> list[tuple[bool, bool]]:
+        done = run_script(DEBUGMALLOCSTATS, tracer, cwd=tmp_path)
+        return [sections(part) for part in done.stderr.split("--- stopped")]
+
+    untraced = run("untraced")
+    stdlib = run("stdlib")
+    ours = run(mode)
+    # While tracing, allocator hooks hide pymalloc's own statistics from
+    # CPython (it checks that pymalloc is the object allocator) for either
+    # tracer; the free lists show
+    assert ours[0] == stdlib[0] == (False, True)
+    # and once tracing stops, everything shows again, as untraced
+    assert ours[1] == stdlib[1] == untraced[0] == (True, True)
