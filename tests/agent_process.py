@@ -211,3 +211,15 @@ def run_script(
     if check:
         assert done.returncode == 0, f"status {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done
+
+
+def with_default_sigint(args: list[str]) -> list[str]:
+    """``args`` run with SIGINT at its default action, however the test run
+    was started: a background job's children inherit SIGINT ignored, and a
+    Python started so installs no KeyboardInterrupt handler (Ctrl-C would do
+    nothing).  The wrapper runs no site (``-S``: no auto-start) and execs."""
+    reset = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execvp(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-I", "-S", "-c", reset, *args]

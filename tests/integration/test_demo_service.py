@@ -16,6 +16,7 @@ from agent_process import (
     running,
     site_values,
     wait_for,
+    with_default_sigint,
 )
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo_service.py"
@@ -45,7 +46,8 @@ def test_the_demo_leaks_visibly_and_stops_on_ctrl_c() -> None:
         DEMO_PORT="0",
         DEMO_RATE="50",
     )
-    with running([installed_python(), str(DEMO)], env) as proc:
+    # (with Ctrl-C's default action, even when this test runs in a background job)
+    with running(with_default_sigint([installed_python(), str(DEMO)]), env) as proc:
         # When it has printed its URLs
         stdout = wait_for(
             lambda: (out := proc.output()[0]) and "heapwatch metrics:" in out and out  # type: ignore[attr-defined]
