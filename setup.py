@@ -39,6 +39,19 @@ def _compile_args() -> list[str]:
     return args
 
 
+def _build_options() -> dict[str, dict[str, str]]:
+    # Builds with other flags keep their objects apart: setuptools reuses an
+    # object newer than its source whatever flags compiled it, so a sanitizer
+    # build would otherwise end up in the next plain one of the same Python.
+    for variable, base in (
+        ("HEAPWATCH_SANITIZE", "build/sanitize"),
+        ("HEAPWATCH_DEBUG", "build/debug"),
+    ):
+        if os.environ.get(variable):
+            return {"build": {"build_base": base}}
+    return {}
+
+
 def _link_args() -> list[str]:
     if os.environ.get("HEAPWATCH_SANITIZE"):
         return ["-fsanitize=address,undefined"]
@@ -69,4 +82,4 @@ core = Extension(
     libraries=["m", "dl"],  # dl: dlopen before glibc 2.34
 )
 
-setup(ext_modules=[core], cmdclass={"build_py": BuildPyWithPth})
+setup(ext_modules=[core], cmdclass={"build_py": BuildPyWithPth}, options=_build_options())

@@ -9,6 +9,7 @@
 #include "hooks.h"
 #include "interpose.h"
 #include "mem.h"
+#include "nativeheap.h"
 #include "reftracer.h"
 #include "snapshot.h"
 #include "sync.h"
@@ -719,6 +720,21 @@ core_untrack(PyObject *module, PyObject *args)
 }
 
 static PyObject *
+core_native_heap(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (!hw_native_heap_available()) {
+        Py_RETURN_NONE;
+    }
+    uint64_t in_use = 0, retained = 0;
+    Py_BEGIN_ALLOW_THREADS
+    (void)hw_native_heap(&in_use, &retained);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(KK)", (unsigned long long)in_use, (unsigned long long)retained);
+}
+
+static PyObject *
 core_interposed(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -858,6 +874,8 @@ static PyMethodDef core_methods[] = {
      "whether heapwatch's reference tracer (3.13+) holds the interpreter's slot"},
     {"_track", core_track, METH_VARARGS, "_track(domain, ptr, size) -> 0, -1 or -2"},
     {"_untrack", core_untrack, METH_VARARGS, "_untrack(domain, ptr) -> 0 or -2"},
+    {"native_heap", core_native_heap, METH_NOARGS,
+     "-> (in_use, retained) bytes of the C library's heap (glibc's mallinfo2), or None"},
     {"_interposed", core_interposed, METH_NOARGS,
      "-> GOT entries now pointing at heapwatch's PyTraceMalloc_Track/Untrack and dlopen wrappers"},
     {"_at_exit", core_at_exit, METH_NOARGS, NULL},

@@ -29,6 +29,13 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 
 from heapwatch._config import AgentConfig
 from heapwatch._errors import HeapwatchError
+from heapwatch._procmem import (
+    NATIVE_HEAP_SOURCE,
+    NATIVE_HEAP_UNAVAILABLE,
+    ProcessMemory,
+    read_process_memory,
+    untraced,
+)
 from heapwatch._server import Router, Server
 from heapwatch._threads import outlive_nobody, signals_blocked, start_thread
 
@@ -90,6 +97,16 @@ class CycleResult(NamedTuple):
     dropped: int
     """Traces lost since tracing started (no memory to record them)."""
     sites: tuple[Site, ...]
+    resident: int | None = None
+    """The process's resident set, in bytes (None where unknown)."""
+    untraced: int | None = None
+    """Resident bytes neither traced nor the tracer's own: memory of C code,
+    or heap the C allocator keeps (see ``native_retained``)."""
+    native_in_use: int | None = None
+    """Bytes the C allocator (glibc) has handed out and not had back: Python's
+    large blocks and native code's alike; None without glibc's mallinfo2."""
+    native_retained: int | None = None
+    """Bytes free in the C allocator's heap, retained rather than given back."""
 
 
 class Readings(NamedTuple):
@@ -103,6 +120,9 @@ class Readings(NamedTuple):
     mode: str
     sample_interval: int
     """Bytes between samples on average; 0 in exact mode."""
+    native_heap: str = NATIVE_HEAP_UNAVAILABLE
+    """Where ``native_in_use`` and ``native_retained`` come from: "mallinfo2",
+    or "unavailable" (another C library, or another malloc preloaded)."""
 
 
 class GroupsLike(Protocol):
@@ -235,6 +255,7 @@ class Agent:
         clock: unix time, for the results' timestamps.
         timer: a monotonic clock, for the cycle's duration.
         router: the HTTP routes (``/metrics`` and whatever else is added).
+        memory: reads the process's resident set and its C heap, once a cycle.
     """
 
     def __init__(
@@ -248,6 +269,7 @@ class Agent:
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
         router: Router | None = None,
+        memory: Callable[[], ProcessMemory] = read_process_memory,
     ) -> None:
         self.config = config if config is not None else AgentConfig.from_env()
         self._source: SnapshotSource = source if source is not None else CoreSource()
@@ -258,6 +280,8 @@ class Agent:
         )
         self._clock = clock
         self._timer = timer
+        self._memory = memory
+        self._native_heap = NATIVE_HEAP_UNAVAILABLE
         self.router = router if router is not None else Router(token=self.config.token)
         self.retain_last_snapshot = False
         """Keep each cycle's snapshot until the next one, for ``last_snapshot()``
@@ -316,7 +340,12 @@ class Agent:
         """The last successful cycle and the counters; never takes a snapshot."""
         with self._lock:
             return Readings(
-                self._result, self._cycles, self._errors, self._mode, self._sample_interval
+                self._result,
+                self._cycles,
+                self._errors,
+                self._mode,
+                self._sample_interval,
+                self._native_heap,
             )
 
     def last_snapshot(self) -> tuple[Any, float] | None:
@@ -358,6 +387,8 @@ class Agent:
                 )
             self._mode = mode
             self._sample_interval = sample_interval if mode == "sample" else 0
+            if self._memory().native_in_use is not None:
+                self._native_heap = NATIVE_HEAP_SOURCE
             self._state = _RUNNING
         self._register_process_hooks()
         try:
@@ -416,6 +447,9 @@ class Agent:
         )
         dropped = self._source.dropped()
         tracer_memory = self._source.tracer_memory()
+        # Read beside the snapshot, so that the untraced figure compares
+        # figures of one moment.
+        memory = self._memory()
         # Releases code objects no trace refers to any more.
         self._source.drain()
         self._previous = groups
@@ -431,6 +465,10 @@ class Agent:
             tracer_memory=tracer_memory,
             dropped=dropped,
             sites=tuple(sites),
+            resident=memory.resident,
+            untraced=untraced(memory.resident, traced, tracer_memory),
+            native_in_use=memory.native_in_use,
+            native_retained=memory.native_retained,
         )
 
     def _cycle_safely(self) -> None:

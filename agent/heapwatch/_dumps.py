@@ -27,6 +27,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from heapwatch._procmem import ProcessMemory, read_process_memory, untraced
 from heapwatch._threads import start_thread
 
 if TYPE_CHECKING:
@@ -78,10 +79,35 @@ class CoreDumpSource:
         return _core.take_snapshot(traces=traces, reset_peak=False)
 
 
+def _tracer_memory() -> int:
+    from heapwatch import _core  # noqa: PLC0415 (the C core: only when used)
+
+    return _core.get_tracemalloc_memory()
+
+
+def _memory_extra(traced: int, tracer: int, memory: ProcessMemory) -> dict[str, str]:
+    """The header's ``extra`` entries for the memory heapwatch cannot
+    attribute, as the agent's metrics name it; those unknown are left out."""
+    figures = {
+        "tracer_memory": tracer,
+        "resident": memory.resident,
+        "untraced": untraced(memory.resident, traced, tracer),
+        "native_heap_in_use": memory.native_in_use,
+        "native_heap_retained": memory.native_retained,
+    }
+    return {key: str(value) for key, value in figures.items() if value is not None}
+
+
 def dump_header(
-    snap: _core.Snapshot, *, trigger: str, clock: Callable[[], float] = time.time
+    snap: _core.Snapshot,
+    *,
+    trigger: str,
+    clock: Callable[[], float] = time.time,
+    memory: Callable[[], ProcessMemory] = read_process_memory,
+    tracer_memory: Callable[[], int] = _tracer_memory,
 ) -> DumpHeader:
-    """The dump header of a snapshot of this process, taken now."""
+    """The dump header of a snapshot of this process, taken now, with the
+    process's memory read now (``_memory_extra``)."""
     from heapwatch import __version__  # noqa: PLC0415 (a cycle at import time)
     from heapwatch.dumpfile import DumpHeader  # noqa: PLC0415 (imported on first use)
 
@@ -100,6 +126,7 @@ def dump_header(
             "traced": str(snap.traced),
             "peak": str(snap.peak),
             "blocks": str(snap.blocks),
+            **_memory_extra(snap.traced, tracer_memory(), memory()),
         },
     )
 

@@ -64,6 +64,15 @@ def traced_memory_queries() -> dict[str, str]:
     }
 
 
+def untraced_memory_queries() -> dict[str, str]:
+    return {
+        "RSS": f"heapwatch_process_resident_bytes{{{SELECTOR}}}",
+        "traced": f"heapwatch_traced_bytes{{{SELECTOR}}}",
+        "untraced": f"heapwatch_untraced_bytes{{{SELECTOR}}}",
+        "C heap {{state}}": f"heapwatch_native_heap_bytes{{{SELECTOR}}}",
+    }
+
+
 def top_sites_query() -> str:
     return f"topk({TOP}, sum by ({SITE_LABELS}) (heapwatch_lineno_size_bytes{{{SITES}}}))"
 
@@ -256,6 +265,33 @@ def traced_memory_panel() -> timeseries.Panel:
         .span(24)
     )
     for ref_id, (name, expr) in zip("ABC", traced_memory_queries().items()):
+        panel = panel.with_target(query(expr, f"{name} {{{{instance}}}}", ref_id))
+    return panel
+
+
+def untraced_memory_panel() -> timeseries.Panel:
+    panel = (
+        lines(timeseries.Panel())
+        .title("Memory heapwatch can't see")
+        .description(
+            "Where RSS goes besides what heapwatch traces. untraced is RSS minus "
+            "the traced bytes and the tracer's own: memory no Python allocation "
+            "explains. glibc's heap tells native memory in use (a C library's "
+            "blocks, and Python's own large blocks) from memory freed but "
+            "retained by the allocator. untraced climbing with C heap in_use while "
+            "traced stays flat: native code is leaking or holding memory. "
+            "untraced climbing with C heap retained: the allocator keeps freed "
+            "memory (fragmentation, many arenas): try MALLOC_ARENA_MAX=2, not a "
+            "code change. untraced climbing with neither: memory mapped outside "
+            "malloc (a library's own mmap, thread stacks)."
+        )
+        .datasource(DATASOURCE)
+        .unit("bytes")
+        .min(0)
+        .height(9)
+        .span(24)
+    )
+    for ref_id, (name, expr) in zip("ABCD", untraced_memory_queries().items()):
         panel = panel.with_target(query(expr, f"{name} {{{{instance}}}}", ref_id))
     return panel
 
@@ -454,7 +490,8 @@ def build() -> dashboard_builders.Dashboard:
         .uid(UID)
         .description(
             "Python heap of services running the heapwatch agent: traced memory, "
-            "top and growing allocation sites, leak suspects, and the tracer's cost."
+            "the memory it cannot attribute, top and growing allocation sites, "
+            "leak suspects, and the tracer's cost."
         )
         .tags(["heapwatch", "python", "memory"])
         .editable()
@@ -467,6 +504,7 @@ def build() -> dashboard_builders.Dashboard:
     panels: list[stat.Panel | timeseries.Panel | bargauge.Panel | table.Panel] = [
         *stat_panels(),
         traced_memory_panel(),
+        untraced_memory_panel(),
         top_sites_panel(),
         fastest_growing_panel(),
         leak_suspects_panel(),

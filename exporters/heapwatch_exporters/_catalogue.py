@@ -3,12 +3,14 @@
 Names are fixed: the Grafana dashboard and the alert rules select on them.
 ``Metric.value`` reads a number out of the agent's ``Readings``; per-site
 metrics have ``site_value`` instead and one series per ``Site`` (the top
-sites, then ``<other>``).  A value of None means "no series yet" (before the
-first successful cycle).
+sites, then ``<other>``); metrics with ``series`` have one series per value
+of their one label, ``series_label``.  A value of None means "no series"
+(before the first successful cycle, or a figure this process cannot read).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable, NamedTuple
 
 from heapwatch._agent import Readings, Site
@@ -17,6 +19,7 @@ __all__ = [
     "CATALOGUE",
     "LABEL_FILE",
     "LABEL_LINE",
+    "NATIVE_HEAP_STATES",
     "OTEL_ATTRIBUTE_FILE",
     "OTEL_ATTRIBUTE_LINE",
     "Metric",
@@ -26,6 +29,9 @@ LABEL_FILE = "code_file_path"
 LABEL_LINE = "code_line_number"
 OTEL_ATTRIBUTE_FILE = "code.file.path"
 OTEL_ATTRIBUTE_LINE = "code.line.number"
+# heapwatch_native_heap_bytes{state=...}: the C allocator's heap, in use or
+# free but retained.
+NATIVE_HEAP_STATES = ("in_use", "retained")
 
 
 class Metric(NamedTuple):
@@ -39,13 +45,24 @@ class Metric(NamedTuple):
     description: str
     value: Callable[[Readings], float | None] | None = None
     site_value: Callable[[Site], float] | None = None
+    series: Callable[[Readings], Mapping[str, float] | None] | None = None
+    """Label value -> value, one series each (``series_label`` names the
+    label: the Prometheus label and the OpenTelemetry attribute alike)."""
+    series_label: str = ""
 
 
-def _result(read: Callable[..., float]) -> Callable[[Readings], float | None]:
+def _result(read: Callable[..., float | None]) -> Callable[[Readings], float | None]:
     def value(readings: Readings) -> float | None:
         return None if readings.result is None else read(readings.result)
 
     return value
+
+
+def _native_heap(readings: Readings) -> Mapping[str, float] | None:
+    result = readings.result
+    if result is None or result.native_in_use is None or result.native_retained is None:
+        return None
+    return dict(zip(NATIVE_HEAP_STATES, (result.native_in_use, result.native_retained)))
 
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -114,6 +131,38 @@ CATALOGUE: tuple[Metric, ...] = (
         "gauge",
         "Memory the tracer itself uses (trace tables, tracebacks).",
         value=_result(lambda r: r.tracer_memory),
+    ),
+    Metric(
+        "heapwatch.process.resident",
+        "By",
+        "heapwatch_process_resident_bytes",
+        "bytes",
+        "gauge",
+        "The process's resident set size (/proc/self/statm), read with the traced bytes.",
+        value=_result(lambda r: r.resident),
+    ),
+    Metric(
+        "heapwatch.untraced",
+        "By",
+        "heapwatch_untraced_bytes",
+        "bytes",
+        "gauge",
+        "Resident bytes heapwatch cannot attribute: the resident set minus the traced bytes "
+        "and the tracer's own (never below 0). Memory of C code, or heap the C allocator "
+        "keeps: heapwatch_native_heap_bytes tells which.",
+        value=_result(lambda r: r.untraced),
+    ),
+    Metric(
+        "heapwatch.native_heap",
+        "By",
+        "heapwatch_native_heap_bytes",
+        "bytes",
+        "gauge",
+        "The C allocator's heap (glibc's mallinfo2): state=\"in_use\" is handed out (Python's "
+        'large blocks and C code\'s), state="retained" is free but kept by the allocator. '
+        'Absent without glibc\'s malloc (heapwatch_info{native_heap="unavailable"}).',
+        series=_native_heap,
+        series_label="state",
     ),
     Metric(
         "heapwatch.cycle.duration",

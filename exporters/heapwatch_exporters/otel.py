@@ -100,6 +100,10 @@ class _Instruments:
                     )
                     for site in readings.result.sites
                 ]
+            if metric.series is not None:
+                series = metric.series(readings) or {}
+                label = metric.series_label
+                return [Observation(value, {label: key}) for key, value in series.items()]
             assert metric.value is not None
             value = metric.value(readings)
             return [] if value is None else [Observation(value)]

@@ -102,6 +102,7 @@ class HeapwatchCollector(Collector):
                 "version": __version__,
                 "mode": readings.mode,
                 "python_version": self._python_version,
+                "native_heap": readings.native_heap,
             },
         )
         result = readings.result
@@ -112,6 +113,12 @@ class HeapwatchCollector(Collector):
                     continue
                 for site in result.sites:
                     family.add_metric([site.file, str(site.line)], metric.site_value(site))
+            elif metric.series is not None:
+                series = metric.series(readings)
+                if series is None:
+                    continue
+                for label, figure in series.items():
+                    family.add_metric([label], figure)
             elif metric.value is not None:
                 value = metric.value(readings)
                 if value is None:
@@ -120,11 +127,17 @@ class HeapwatchCollector(Collector):
             yield family
 
 
-_INFO_HELP = "heapwatch's version, tracing mode and Python version (value 1)."
+_INFO_HELP = (
+    "heapwatch's version, tracing mode, Python version and where the C heap's split "
+    'comes from (native_heap="mallinfo2" or "unavailable"); value 1.'
+)
 
 
 def _family(metric: CatalogueMetric) -> Any:
-    labels = [LABEL_FILE, LABEL_LINE] if metric.site_value is not None else []
+    if metric.site_value is not None:
+        labels = [LABEL_FILE, LABEL_LINE]
+    else:
+        labels = [metric.series_label] if metric.series is not None else []
     if metric.kind == "counter":
         return CounterMetricFamily(
             metric.prometheus_name, metric.description, labels=labels, unit=metric.prometheus_unit

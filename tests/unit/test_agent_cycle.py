@@ -13,6 +13,7 @@ from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch import HeapwatchError
 from heapwatch._agent import OTHER_FILE, OTHER_LINE, Agent, Site
 from heapwatch._config import AgentConfig
+from heapwatch._procmem import ProcessMemory
 
 
 def make_agent(source: ModelSource, **settings: Any) -> Agent:
@@ -118,6 +119,63 @@ def test_the_result_carries_clock_timer_overhead_and_drops() -> None:
     assert result.tracer_memory == 12345
     assert result.dropped == 3
     assert source.drains == 1
+
+
+def memory_agent(source: ModelSource, *readings: ProcessMemory) -> Agent:
+    """An agent whose memory reader answers readings, one per call (the last
+    repeats)."""
+    queue = list(readings)
+
+    def memory() -> ProcessMemory:
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    return Agent(
+        AgentConfig(exporters=()),
+        source=source,
+        exporters=[],
+        clock=FakeClock(),
+        timer=TickingTimer(0.1),
+        memory=memory,
+    )
+
+
+def test_the_result_splits_resident_memory_into_traced_tracer_and_untraced() -> None:
+    # given 1300 traced bytes, a tracer of 4096, a process of 1 MB resident
+    source = ModelSource()
+    source.allocate("app.py", 10, 1300)
+    memory = ProcessMemory(resident=1_000_000, native_in_use=700_000, native_retained=200_000)
+    # when a cycle runs
+    result = memory_agent(source, memory).run_cycle()
+    # then what tracing leaves of resident is untraced, beside glibc's split
+    assert result.resident == 1_000_000
+    assert result.untraced == 1_000_000 - 1300 - 4096
+    assert (result.native_in_use, result.native_retained) == (700_000, 200_000)
+
+
+def test_untraced_is_never_negative_and_unknown_without_a_resident_size() -> None:
+    # Traced bytes are allocated, not necessarily resident (numpy.zeros).
+    source = ModelSource()
+    source.allocate("app.py", 10, 80_000_000)
+    small = ProcessMemory(resident=30_000_000, native_in_use=None, native_retained=None)
+    assert memory_agent(source, small).run_cycle().untraced == 0
+    unknown = ProcessMemory(resident=None, native_in_use=None, native_retained=None)
+    result = memory_agent(source, unknown).run_cycle()
+    assert (result.resident, result.untraced, result.native_in_use) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("native_in_use", "native_heap"), [(700_000, "mallinfo2"), (None, "unavailable")]
+)
+def test_readings_say_whether_the_c_heap_can_be_split(
+    native_in_use: int | None, native_heap: str
+) -> None:
+    memory = ProcessMemory(1_000_000, native_in_use, None if native_in_use is None else 1)
+    agent = memory_agent(ModelSource(), memory)
+    assert agent.start()
+    try:
+        assert agent.readings().native_heap == native_heap
+    finally:
+        agent.stop()
 
 
 def test_readings_before_and_after_a_cycle() -> None:

@@ -43,6 +43,9 @@ CATALOGUE = {
     "heapwatch_dropped_traces_total",
     "heapwatch_cycles_total",
     "heapwatch_cycle_errors_total",
+    "heapwatch_process_resident_bytes",
+    "heapwatch_untraced_bytes",
+    "heapwatch_native_heap_bytes",
     "process_resident_memory_bytes",
 }
 METRIC = re.compile(r"\b((?:heapwatch|process)_[a-z_]+)\b")
@@ -197,6 +200,13 @@ def test_required_panels(dashboard: dict[str, Any]) -> None:
         "heapwatch_traced_bytes", "heapwatch_traced_peak_bytes", "process_resident_memory_bytes"
     )
     assert kinds[memory] == "timeseries"
+    unseen = panel_with(
+        "heapwatch_process_resident_bytes",
+        "heapwatch_untraced_bytes",
+        "heapwatch_native_heap_bytes",
+        "heapwatch_traced_bytes",
+    )
+    assert (unseen, kinds[unseen]) == ("Memory heapwatch can't see", "timeseries")
     assert kinds[panel_with("topk(10", "heapwatch_lineno_size_bytes")] == "bargauge"
     assert kinds[panel_with("deriv(heapwatch_lineno_size_bytes")] == "bargauge"
     leak = panel_with("min_over_time(heapwatch_lineno_growth_bytes")

@@ -18,12 +18,14 @@ from heapwatch._agent import Agent
 from heapwatch._config import DEFAULTS, AgentConfig
 from heapwatch._dumps import (
     DumpService,
+    dump_header,
     dump_name,
     iter_traces,
     list_dumps,
     prune_dumps,
     write_dump_file,
 )
+from heapwatch._procmem import ProcessMemory
 from heapwatch.dumpfile import DumpHeader, read_dump
 
 HEADER = DumpHeader("3.11.7", 42, 1_700_000_000.5, "exact", 0, 1, {})
@@ -73,6 +75,38 @@ def test_dump_names_sort_by_time_and_say_which_process() -> None:
     name = dump_name(1_700_000_000.123456, 4242, 7)
     assert name == "heapwatch-20231114T221320.123456Z-4242-7.hwdump"
     assert dump_name(1_700_000_000.999999, 1, 1) < dump_name(1_700_000_001.0, 1, 1)
+
+
+def test_a_dump_header_carries_the_memory_heapwatch_cannot_attribute() -> None:
+    # given a process of 1 MB resident, 150 traced bytes, a 4 KiB tracer
+    snap = FakeSnapshot(TRACES)
+    memory = ProcessMemory(resident=1_000_000, native_in_use=600_000, native_retained=300_000)
+    # when a dump header is made
+    header = dump_header(
+        snap,  # type: ignore[arg-type]
+        trigger="test",
+        clock=lambda: 1.0,
+        memory=lambda: memory,
+        tracer_memory=lambda: 4096,
+    )
+    # then it carries them, untraced being what the rest leaves of resident
+    assert {key: header.extra[key] for key in list(header.extra)[-5:]} == {
+        "tracer_memory": "4096",
+        "resident": "1000000",
+        "untraced": str(1_000_000 - 150 - 4096),
+        "native_heap_in_use": "600000",
+        "native_heap_retained": "300000",
+    }
+    # and leaves out what the process cannot read
+    unknown = ProcessMemory(resident=None, native_in_use=None, native_retained=None)
+    header = dump_header(
+        snap,  # type: ignore[arg-type]
+        trigger="test",
+        memory=lambda: unknown,
+        tracer_memory=lambda: 4096,
+    )
+    assert not {"resident", "untraced", "native_heap_in_use"} & set(header.extra)
+    assert header.extra["tracer_memory"] == "4096"
 
 
 def test_a_dump_file_appears_whole_with_private_permissions(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from opentelemetry.sdk.metrics.export import (
 from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch._agent import Agent
 from heapwatch._config import AgentConfig
+from heapwatch._procmem import ProcessMemory
 from heapwatch_exporters import otel
 from heapwatch_exporters.otel import OtelExporter, configured_meter_provider
 
@@ -38,6 +39,9 @@ INSTRUMENTS = {
     "heapwatch.traces.dropped": "{trace}",
     "heapwatch.cycles": "{cycle}",
     "heapwatch.cycle.errors": "{error}",
+    "heapwatch.process.resident": "By",
+    "heapwatch.untraced": "By",
+    "heapwatch.native_heap": "By",
 }
 
 
@@ -51,6 +55,9 @@ def model_agent(exporter: OtelExporter) -> tuple[Agent, ModelSource]:
         exporters=[exporter],
         clock=FakeClock(),
         timer=TickingTimer(0.01),
+        memory=lambda: ProcessMemory(
+            resident=100_000, native_in_use=60_000, native_retained=20_000
+        ),
     )
     return agent, source
 
@@ -97,6 +104,11 @@ def test_instruments_on_the_given_provider_read_the_last_cycle() -> None:
     assert sizes == {("/srv/app.py", 42): 7000, ("<other>", 0): 1000}
     assert sum(sizes.values()) == found["heapwatch.traced"][0][1]
     assert found["heapwatch.sample_interval"][0][1] == 512 * 1024
+    # and the memory heapwatch cannot attribute: resident - traced - the tracer's own
+    assert found["heapwatch.process.resident"][0][1] == 100_000
+    assert found["heapwatch.untraced"][0][1] == 100_000 - 8000 - 4096
+    heap = {a["state"]: v for a, v, _ in found["heapwatch.native_heap"]}
+    assert heap == {"in_use": 60_000, "retained": 20_000}
     provider.shutdown()
 
 

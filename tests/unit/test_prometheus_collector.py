@@ -39,8 +39,14 @@ RESULT = CycleResult(
         Site("/srv/lib.py", 7, 2000, 20, -100),
         Site("<other>", 0, 1000, 10, 0),
     ),
+    resident=50_000,
+    untraced=37_952,
+    native_in_use=30_000,
+    native_retained=5_000,
 )
-READINGS = Readings(RESULT, cycles=12, errors=1, mode="sample", sample_interval=524288)
+READINGS = Readings(
+    RESULT, cycles=12, errors=1, mode="sample", sample_interval=524288, native_heap="mallinfo2"
+)
 
 # Fixed names: the Grafana dashboard and the alert rules use them.
 FIXED_NAMES = {
@@ -58,6 +64,9 @@ FIXED_NAMES = {
     "heapwatch_cycles_total",
     "heapwatch_cycle_errors_total",
     "heapwatch_last_cycle_timestamp_seconds",
+    "heapwatch_process_resident_bytes",
+    "heapwatch_untraced_bytes",
+    "heapwatch_native_heap_bytes",
 }
 
 
@@ -89,8 +98,31 @@ def test_every_fixed_name_is_published_with_its_value() -> None:
     assert values["heapwatch_cycles_total", ()] == 12
     assert values["heapwatch_cycle_errors_total", ()] == 1
     assert values["heapwatch_last_cycle_timestamp_seconds", ()] == 1_700_000_123.5
-    info = (("mode", "sample"), ("python_version", "3.11.7"), ("version", __version__))
+    assert values["heapwatch_process_resident_bytes", ()] == 50_000
+    assert values["heapwatch_untraced_bytes", ()] == 37_952
+    assert values["heapwatch_native_heap_bytes", (("state", "in_use"),)] == 30_000
+    assert values["heapwatch_native_heap_bytes", (("state", "retained"),)] == 5_000
+    info = (
+        ("mode", "sample"),
+        ("native_heap", "mallinfo2"),
+        ("python_version", "3.11.7"),
+        ("version", __version__),
+    )
     assert values["heapwatch_info", info] == 1
+
+
+def test_without_mallinfo2_the_heap_split_is_absent_and_info_says_so() -> None:
+    # given a process whose C library cannot split its heap
+    result = RESULT._replace(native_in_use=None, native_retained=None)
+    readings = READINGS._replace(result=result, native_heap="unavailable")
+    # when scraped
+    values = samples(collect_registry(readings))
+    # then resident and untraced are there, the split is not, and info says why
+    names = {name for name, _ in values}
+    assert "heapwatch_native_heap_bytes" not in names
+    assert values["heapwatch_untraced_bytes", ()] == 37_952
+    info = [dict(labels) for name, labels in values if name == "heapwatch_info"]
+    assert info[0]["native_heap"] == "unavailable"
 
 
 def test_sites_are_labelled_by_file_and_line_and_sum_to_the_total() -> None:
