@@ -253,7 +253,9 @@ hw_hooks_untrack(unsigned int domain, uintptr_t ptr)
     }
     size_t dead = hw_graveyard_len_unlocked();
     hw_unlock();
-    if (HW_UNLIKELY(dead >= GRAVEYARD_DRAIN_AT) && hw_tstate_if_gil_held() != NULL) {
+    /* Not after exit: the interpreter's thread states may be gone. */
+    if (HW_UNLIKELY(dead >= GRAVEYARD_DRAIN_AT) && (state & HW_STATE_RECORDING) &&
+        hw_tstate_if_gil_held() != NULL) {
         queue_drain();
     }
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "hooks.h"
+#include "tracer.h"
 
 #if defined(__x86_64__)
 #  define HW_R_JUMP_SLOT R_X86_64_JUMP_SLOT
@@ -61,8 +62,10 @@ dlopen_wrapper(const char *file, int mode)
      * state; a call without it leaves the new objects to the next
      * snapshot.  The real dlopen sees heapwatch._core as its caller, which
      * matters only to a file name without a slash (it is then searched in
-     * the caller's RUNPATH): CPython's imports always pass a path. */
-    if (handle != NULL && hw_tstate_if_gil_held() != NULL) {
+     * the caller's RUNPATH): CPython's imports always pass a path.  After
+     * exit (not recording) the thread states may be gone: nothing to do. */
+    if (handle != NULL && (hw_load_int(&hw_tracer.hook_state) & HW_STATE_RECORDING) &&
+        hw_tstate_if_gil_held() != NULL) {
         hw_interpose_refresh();
     }
     return handle;

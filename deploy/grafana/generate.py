@@ -248,52 +248,48 @@ def stat_panels() -> list[stat.Panel]:
     return [mode, sample_interval, last_cycle, traced]
 
 
-def traced_memory_panel() -> timeseries.Panel:
+def memory_panel(title: str, description: str, queries: dict[str, str]) -> timeseries.Panel:
     panel = (
         lines(timeseries.Panel())
-        .title("Traced memory, peak and RSS")
-        .description(
-            "Memory traced by heapwatch, its peak during each agent interval, and "
-            "the resident set size of the process. RSS above traced is memory "
-            "Python did not allocate through the traced allocators (C "
-            "extensions, fragmentation, the tracer itself)."
-        )
+        .title(title)
+        .description(description)
         .datasource(DATASOURCE)
         .unit("bytes")
         .min(0)
         .height(9)
         .span(24)
     )
-    for ref_id, (name, expr) in zip("ABC", traced_memory_queries().items()):
+    for ref_id, (name, expr) in zip("ABCD", queries.items()):
         panel = panel.with_target(query(expr, f"{name} {{{{instance}}}}", ref_id))
     return panel
+
+
+def traced_memory_panel() -> timeseries.Panel:
+    return memory_panel(
+        "Traced memory, peak and RSS",
+        "Memory traced by heapwatch, its peak during each agent interval, and "
+        "the resident set size of the process. RSS above traced is memory "
+        "Python did not allocate through the traced allocators (C "
+        "extensions, fragmentation, the tracer itself).",
+        traced_memory_queries(),
+    )
 
 
 def untraced_memory_panel() -> timeseries.Panel:
-    panel = (
-        lines(timeseries.Panel())
-        .title("Memory heapwatch can't see")
-        .description(
-            "Where RSS goes besides what heapwatch traces. untraced is RSS minus "
-            "the traced bytes and the tracer's own: memory no Python allocation "
-            "explains. glibc's heap tells native memory in use (a C library's "
-            "blocks, and Python's own large blocks) from memory freed but "
-            "retained by the allocator. untraced climbing with C heap in_use while "
-            "traced stays flat: native code is leaking or holding memory. "
-            "untraced climbing with C heap retained: the allocator keeps freed "
-            "memory (fragmentation, many arenas): try MALLOC_ARENA_MAX=2, not a "
-            "code change. untraced climbing with neither: memory mapped outside "
-            "malloc (a library's own mmap, thread stacks)."
-        )
-        .datasource(DATASOURCE)
-        .unit("bytes")
-        .min(0)
-        .height(9)
-        .span(24)
+    return memory_panel(
+        "Memory heapwatch can't see",
+        "Where RSS goes besides what heapwatch traces. untraced is RSS minus "
+        "the traced bytes and the tracer's own: memory no Python allocation "
+        "explains. glibc's heap tells native memory in use (a C library's "
+        "blocks, and Python's own large blocks) from memory freed but "
+        "retained by the allocator. untraced climbing with C heap in_use while "
+        "traced stays flat: native code is leaking or holding memory. "
+        "untraced climbing with C heap retained: the allocator keeps freed "
+        "memory (fragmentation, many arenas): try MALLOC_ARENA_MAX=2, not a "
+        "code change. untraced climbing with neither: memory mapped outside "
+        "malloc (a library's own mmap, thread stacks).",
+        untraced_memory_queries(),
     )
-    for ref_id, (name, expr) in zip("ABCD", untraced_memory_queries().items()):
-        panel = panel.with_target(query(expr, f"{name} {{{{instance}}}}", ref_id))
-    return panel
 
 
 def top_sites_panel() -> bargauge.Panel:
