@@ -212,6 +212,15 @@ class Exporter(Protocol):
     def after_fork_in_child(self) -> None: ...
 
 
+def _shutdown_failed(exporter: Exporter, exc: Exception) -> None:
+    log.warning(
+        "heapwatch exporter %r did not shut down cleanly: %s",
+        exporter.name,
+        " ".join(str(exc).split()) or type(exc).__name__,
+        exc_info=log.isEnabledFor(logging.DEBUG),
+    )
+
+
 def _exporters_for(
     config: AgentConfig, registry: Any = None, meter_provider: Any = None
 ) -> list[Exporter]:
@@ -517,8 +526,13 @@ class Agent:
             # service's signals blocked too (heapwatch._threads).
             with signals_blocked():
                 exporter.start(self)
-        except Exception:
-            log.exception("heapwatch exporter %r failed to start; left out", exporter.name)
+        except Exception as exc:
+            log.warning(
+                "heapwatch exporter %r failed to start; left out: %r",
+                exporter.name,
+                exc,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
             return False
         return True
 
@@ -557,8 +571,8 @@ class Agent:
         if self.running:
             try:
                 exporter.shutdown(timeout)
-            except Exception:
-                log.exception("heapwatch exporter %r failed to shut down", exporter.name)
+            except Exception as exc:
+                _shutdown_failed(exporter, exc)
 
     def _stop(self, timeout: float, at_exit: bool) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
@@ -584,8 +598,8 @@ class Agent:
         for exporter in self._exporters:
             try:
                 exporter.shutdown(max(0.0, deadline - time.monotonic()))
-            except Exception:
-                log.exception("heapwatch exporter %r failed to shut down", exporter.name)
+            except Exception as exc:
+                _shutdown_failed(exporter, exc)
         server = self._server
         self._server = None
         if server is not None:

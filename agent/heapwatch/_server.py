@@ -16,16 +16,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
+import ipaddress
 import logging
 import os
 import selectors
 import socket
+import sys
 import threading
 from collections.abc import Iterable
 from socketserver import TCPServer
 from typing import TYPE_CHECKING, Any, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
+from heapwatch._problems import ProblemLog
 from heapwatch._threads import start_thread
 
 if TYPE_CHECKING:
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Router", "Server"]
 
 log = logging.getLogger("heapwatch.server")
+problems = ProblemLog(log)
 
 
 class _Route(NamedTuple):
@@ -69,6 +73,10 @@ class Router:
     def paths(self) -> list[str]:
         with self._lock:
             return sorted(self._routes)
+
+    def protected_paths(self) -> list[str]:
+        with self._lock:
+            return sorted(p for p, r in self._routes.items() if r.protected)
 
     def __bool__(self) -> bool:
         return bool(self._routes)
@@ -168,6 +176,36 @@ class _HTTPServer(WSGIServer):
         finally:
             self.shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver would print the traceback to the service's stderr.
+        exc = sys.exc_info()[1]
+        peer = client_address[0] if isinstance(client_address, tuple) else client_address
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            problems.report(
+                "http-timeout",
+                "heapwatch HTTP: a client at %s sent no complete request within %gs; "
+                "its connection was closed",
+                peer,
+                _Handler.timeout,
+            )
+        elif isinstance(exc, ConnectionError):
+            problems.report(
+                "http-disconnect",
+                "heapwatch HTTP: a client at %s left before its answer was sent (%s)",
+                peer,
+                exc,
+                level=logging.INFO,
+            )
+        else:
+            problems.report(
+                f"http-error:{type(exc).__name__}",
+                "heapwatch HTTP: a request from %s failed: %r",
+                peer,
+                exc,
+                level=logging.ERROR,
+                exc_info=exc,
+            )
+
     def shutdown_request(self, request: Any) -> None:
         with self._requests_lock:
             self._requests.discard(request)
@@ -265,6 +303,7 @@ class Server:
             return False
         httpd.set_app(self.app)
         self._httpd = httpd
+        _warn_if_exposed(str(httpd.server_address[0]), self.url or "", self.app)
         self._wake = os.pipe()
         self._thread = start_thread(self._serve, "heapwatch-http", (httpd, self._wake[0]))
         return True
@@ -346,3 +385,29 @@ class Server:
         for fd in wake or ():
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _warn_if_exposed(bound: str, url: str, app: object) -> None:
+    """Warns when the endpoint is reachable from beyond this host; louder
+    when it serves the token-protected ``/debug/`` routes there."""
+    try:
+        if ipaddress.ip_address(bound.split("%", maxsplit=1)[0]).is_loopback:
+            return
+    except ValueError:
+        pass
+    router = app if isinstance(app, Router) else None
+    debug_open = router is not None and bool(router.token) and router.protected_paths()
+    if debug_open:
+        log.error(
+            "heapwatch serves /debug/ (memory dumps, profiles) and /metrics on %s, beyond "
+            "loopback, over plain HTTP: the bearer token travels in clear and /metrics "
+            "needs none; bind HEAPWATCH_HOST=127.0.0.1, or put TLS and a firewall in front",
+            url,
+        )
+    else:
+        log.warning(
+            "heapwatch serves /metrics on %s, beyond loopback, without authentication: "
+            "whoever reaches the port reads the service's allocation sites; bind "
+            "HEAPWATCH_HOST=127.0.0.1 unless a scraper on another host needs it",
+            url,
+        )

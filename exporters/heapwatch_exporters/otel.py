@@ -30,6 +30,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from heapwatch import __version__
 from heapwatch._agent import Agent, Readings
 from heapwatch._config import env_value
+from heapwatch._problems import ProblemLog
 from heapwatch._threads import start_thread
 from heapwatch_exporters._catalogue import (
     CATALOGUE,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["OtelExporter", "build_meter_provider", "configured_meter_provider"]
 
 log = logging.getLogger("heapwatch.otel")
+problems = ProblemLog(log)
 
 ReadingsSource = Callable[[], Optional[Readings]]
 
@@ -224,6 +226,45 @@ def build_meter_provider(
     return provider, reader
 
 
+class _OurRecords(logging.Filter):
+    """What the OpenTelemetry SDK logs while working for heapwatch (in the
+    export thread, or in the thread shutting heapwatch's provider down)
+    becomes one line per distinct problem on ``heapwatch.otel``, rate-limited,
+    without the SDK's tracebacks; its records from any other thread (the
+    application's own exporters) pass untouched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread not in self.threads:
+            return True
+        problems.report(
+            f"sdk:{record.name}:{record.msg}",
+            "heapwatch OpenTelemetry export: %s",
+            record.getMessage(),
+            level=record.levelno,
+            exc_info=record.exc_info,
+        )
+        return False
+
+
+_our_records = _OurRecords()
+_filtered_loggers: set[str] = set()
+
+
+def _route_sdk_records(*objects: object) -> None:
+    """Puts ``_our_records`` on the loggers of the modules the classes of
+    ``objects`` (and their bases) come from: the SDK logs on module loggers."""
+    for obj in objects:
+        for cls in type(obj).__mro__:
+            module = cls.__module__
+            if module.startswith("opentelemetry") and module not in _filtered_loggers:
+                _filtered_loggers.add(module)
+                logging.getLogger(module).addFilter(_our_records)
+
+
 class _ExportThread:
     """Collects and exports every interval, then once more when stopped."""
 
@@ -232,23 +273,29 @@ class _ExportThread:
         self._interval = interval
         self._timeout_ms = timeout_ms
         self._stop = threading.Event()
-        self._failing = False
         self._thread = start_thread(self._run, "heapwatch-otlp")
 
     def _export(self) -> None:
         try:
             self._reader.collect(timeout_millis=self._timeout_ms)
-        except Exception:
-            if not self._failing:
-                log.exception("heapwatch OpenTelemetry export failed; retrying every interval")
-            self._failing = True
-        else:
-            self._failing = False
+        except Exception as exc:
+            problems.report(
+                f"collect:{type(exc).__name__}",
+                "heapwatch OpenTelemetry export failed (retried every interval): %r",
+                exc,
+                exc_info=exc,
+            )
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        me = threading.get_ident()
+        _our_records.threads.add(me)
+        try:
+            while not self._stop.wait(self._interval):
+                self._export()
             self._export()
-        self._export()
+        finally:
+            # A thread's number is reused by the next thread to start.
+            _our_records.threads.discard(me)
 
     def stop(self, timeout: float) -> bool:
         self._stop.set()
@@ -292,6 +339,7 @@ class OtelExporter:
                 log.info("OTEL_SDK_DISABLED is true: heapwatch exports no OpenTelemetry metrics")
                 return
             provider, reader = build_meter_provider(env, self._otlp_exporter)
+            _route_sdk_records(provider, reader, getattr(reader, "_exporter", None))
             interval = _parse_ms(env, "OTEL_METRIC_EXPORT_INTERVAL", DEFAULT_EXPORT_INTERVAL_MS)
             timeout = _parse_ms(env, "OTEL_METRIC_EXPORT_TIMEOUT", DEFAULT_EXPORT_TIMEOUT_MS)
             self._own = (provider, _ExportThread(reader, interval / 1000.0, timeout))
@@ -311,7 +359,22 @@ class OtelExporter:
             provider, thread = own
             deadline = _Deadline(timeout)
             thread.stop(deadline.remaining())  # its last export carries the last cycle
-            provider.shutdown(timeout_millis=deadline.remaining() * 1000.0)
+            me = threading.get_ident()
+            ours = me in _our_records.threads
+            _our_records.threads.add(me)
+            try:
+                provider.shutdown(timeout_millis=deadline.remaining() * 1000.0)
+            except Exception as exc:
+                problems.report(
+                    "shutdown",
+                    "heapwatch OpenTelemetry: the exporter did not shut down within %gs: %s",
+                    timeout,
+                    " ".join(str(exc).split()),
+                    exc_info=exc,
+                )
+            finally:
+                if not ours:
+                    _our_records.threads.discard(me)
         self._detach()
         self.meter_provider = None
 
@@ -322,6 +385,7 @@ class OtelExporter:
         # application's to handle; the instruments stay on it.
         if self._own is not None:
             self._own = None
+            _our_records.threads.clear()  # numbers of the parent's threads
             self._detach()
             self.meter_provider = None
 
