@@ -1,21 +1,24 @@
 """Dumps on demand: the agent's ``/debug/`` routes and its dump signal.
 
 ``DumpService`` is started by the agent like an exporter.  It adds the
-``/debug/`` routes (``heapwatch._debug``) and, when ``HEAPWATCH_DUMP_DIR`` is
-set, handles ``HEAPWATCH_DUMP_SIGNAL`` (SIGUSR2 by default): the handler only
-writes one byte to a pipe, and a daemon thread named ``heapwatch-dump`` wakes
-up and writes the dump.  A dump is written to a hidden temporary file in the
-same directory, synced and renamed (``os.replace``), so a reader never sees
-half a file; then the oldest dumps beyond ``HEAPWATCH_DUMP_KEEP`` or
-``HEAPWATCH_DUMP_MAX_BYTES`` are deleted (only files named as heapwatch names
-its dumps).  One dump is built at a time: the endpoints refuse a second one
-(429), the signal waits for its turn.  A failure is logged; nothing is raised
-into the application.  docs/design/dumps.md has the whole picture.
+``/debug/`` routes (``heapwatch._debug``) and handles ``HEAPWATCH_DUMP_SIGNAL``
+(SIGUSR2 by default): the handler only writes one byte to a pipe, and a
+daemon thread named ``heapwatch-dump`` wakes up and writes the dump into
+``HEAPWATCH_DUMP_DIR``, or, when that is not set, logs one line saying so
+(the signal's default action would kill the service).  A dump is written to
+a hidden temporary file in the same directory, synced and renamed
+(``os.replace``), so a reader never sees half a file; then the oldest dumps
+beyond ``HEAPWATCH_DUMP_KEEP`` or ``HEAPWATCH_DUMP_MAX_BYTES`` are deleted
+(only files named as heapwatch names its dumps).  One dump is built at a
+time: the endpoints refuse a second one (429), the signal waits for its turn.
+A failure is one line in the log; nothing is raised into the application.
+docs/design/dumps.md has the whole picture.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -27,6 +30,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from heapwatch._problems import ProblemLog
 from heapwatch._procmem import ProcessMemory, read_process_memory, untraced
 from heapwatch._threads import start_thread
 
@@ -43,6 +47,7 @@ __all__ = [
     "CoreDumpSource",
     "DumpService",
     "DumpSource",
+    "dump_dir_problem",
     "dump_header",
     "dump_name",
     "iter_traces",
@@ -52,6 +57,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("heapwatch.dumps")
+problems = ProblemLog(log)
 
 DUMP_SUFFIX = ".hwdump"
 # heapwatch-<UTC time>-<pid>-<sequence>.hwdump: sorting by name sorts by time.
@@ -184,6 +190,9 @@ def write_dump_file(
     """
     from heapwatch.dumpfile import write_dump  # noqa: PLC0415 (imported on first use)
 
+    problem = dump_dir_problem(directory)
+    if problem:
+        raise NotADirectoryError(errno.ENOTDIR, problem, directory)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     final = os.path.join(directory, name)
     temporary = os.path.join(directory, f".{name}.tmp")
@@ -207,6 +216,21 @@ def write_dump_file(
         finally:
             os.close(dir_fd)
     return final
+
+
+def dump_dir_problem(directory: str) -> str:
+    """Why ``directory`` cannot hold dumps as it is, or "" (missing is fine:
+    it is created)."""
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        return "exists and is not a directory (HEAPWATCH_DUMP_DIR names a directory)"
+    return ""
+
+
+def _reason(exc: BaseException) -> str:
+    """An error in one line: ``path: what`` for the OS's errors."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def list_dumps(directory: str) -> list[tuple[str, int]]:
@@ -331,7 +355,15 @@ class DumpService:
             add_routes(router, self)
             agent.retain_last_snapshot = True
         config = self.config
-        if config.dump_dir is not None and config.dump_signal is not None:
+        if config.dump_dir is not None:
+            problem = dump_dir_problem(config.dump_dir)
+            if problem:
+                log.warning(
+                    "HEAPWATCH_DUMP_DIR=%s %s: dumps will fail until it does",
+                    config.dump_dir,
+                    problem,
+                )
+        if config.dump_signal is not None:
             self._start_worker()
             self._arm(config.dump_signal)
 
@@ -367,8 +399,13 @@ class DumpService:
     # ---- the signal --------------------------------------------------------
 
     def _arm(self, name: str) -> None:
-        import signal  # noqa: PLC0415 (only with a dump directory)
+        import signal  # noqa: PLC0415 (only with a dump signal)
 
+        # Without a dump directory the signal is taken only from its default
+        # action, which would kill the service; nobody asked for dumps, so
+        # what stops us is not worth a warning.
+        asked = self.config.dump_dir is not None
+        level = logging.WARNING if asked else logging.DEBUG
         signum = int(getattr(signal, name))
         current = signal.getsignal(signum)
         if current is self._handler:  # still ours: a restart after fork
@@ -380,8 +417,9 @@ class DumpService:
             # Left by a service stopped outside the main thread: heapwatch's
             # own, not the application's.
             current = stale._previous_handler
-        elif current not in (signal.SIG_DFL, signal.SIG_IGN):
-            log.warning(
+        elif current not in ((signal.SIG_DFL, signal.SIG_IGN) if asked else (signal.SIG_DFL,)):
+            log.log(
+                level,
                 "heapwatch does not handle %s: the application handles it already (%r); "
                 "choose a free signal with HEAPWATCH_DUMP_SIGNAL, or none",
                 name,
@@ -391,7 +429,8 @@ class DumpService:
         try:
             signal.signal(signum, self._handler)
         except ValueError:  # only the main thread may install a handler
-            log.warning(
+            log.log(
+                level,
                 "heapwatch does not handle %s: the agent was started outside the main "
                 "thread (use GET /debug/heapwatch/snapshot instead)",
                 name,
@@ -400,13 +439,19 @@ class DumpService:
         self._signum = signum
         self._previous_handler = current
         self._armed_pid = os.getpid()
-        log.info(
-            "heapwatch writes a dump into %s on %s (kill -%s %d)",
-            self.config.dump_dir,
-            name,
-            name[3:],
-            os.getpid(),
-        )
+        if asked:
+            log.info(
+                "heapwatch writes a dump into %s on %s (kill -%s %d)",
+                self.config.dump_dir,
+                name,
+                name[3:],
+                os.getpid(),
+            )
+        else:
+            log.info(
+                "heapwatch handles %s: it writes no dump until HEAPWATCH_DUMP_DIR is set",
+                name,
+            )
 
     def _disarm(self) -> bool:
         """Puts the previous handler back; False when ours may still run."""
@@ -450,11 +495,27 @@ class DumpService:
                 return
             if not data or b"q" in data:
                 return
+            directory = self.config.dump_dir
+            if directory is None:
+                problems.report(
+                    "no-dump-dir",
+                    "heapwatch got %s and writes no dump: HEAPWATCH_DUMP_DIR is not set (set it "
+                    "to a directory, or use GET /debug/heapwatch/snapshot)",
+                    self.config.dump_signal,
+                )
+                continue
             # Signals that arrived during the last dump give one more dump.
             try:
                 self.dump_to_directory(trigger="signal")
-            except Exception:
-                log.exception("heapwatch could not write a dump into %s", self.config.dump_dir)
+            except Exception as exc:
+                problems.report(
+                    f"dump-failed:{type(exc).__name__}:{getattr(exc, 'errno', '')}",
+                    "heapwatch could not write a dump into %s: %s",
+                    directory,
+                    _reason(exc),
+                    level=logging.ERROR,
+                    exc_info=exc,
+                )
 
     # ---- dumps ---------------------------------------------------------------
 

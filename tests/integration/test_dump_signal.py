@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import heapwatch
-import heapwatch_exporters
-from agent_process import clean_env
+from agent_process import clean_env, python_path
 from heapwatch import tracemalloc as hw_tm
 from heapwatch._dumps import list_dumps
 from heapwatch.dumpfile import DumpError, read_dump
@@ -37,6 +35,8 @@ SERVICE = textwrap.dedent(
 
     if os.environ.get("APP_HANDLER"):
         signal.signal(signal.SIGUSR2, lambda *_: say("APP"))
+    if os.environ.get("APP_IGNORES"):
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
     import heapwatch
 
@@ -62,15 +62,6 @@ SERVICE = textwrap.dedent(
     """
 )
 LEAK_LINE = next(i for i, line in enumerate(SERVICE.splitlines(), 1) if "# LEAK" in line)
-
-
-def python_path() -> str:
-    """This test's heapwatch, for the child (installed or in the source tree)."""
-    paths = {
-        os.path.dirname(os.path.dirname(heapwatch.__file__)),
-        os.path.dirname(os.path.dirname(heapwatch_exporters.__file__)),
-    }
-    return os.pathsep.join(sorted(paths))
 
 
 class Service:
@@ -249,17 +240,77 @@ def test_an_application_handler_keeps_the_signal(service: Callable[..., Service]
     assert svc.proc.poll() is None
 
 
-def test_a_failing_dump_is_logged_and_the_service_runs_on(
+def test_a_failing_dump_is_one_line_and_the_service_runs_on(
     service: Callable[..., Service], tmp_path: Path
 ) -> None:
+    # Given a dump directory that cannot be made (a file is in the way)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     svc = service(dump_dir=blocker / "dumps")
     pid = int(svc.line("READY").split()[1])
+    # When the signal comes, twice
     os.kill(pid, signal.SIGUSR2)
     wait_until(lambda: "heapwatch could not write a dump into" in svc.stderr())
-    assert svc.proc.poll() is None
-    # and the next signal is handled again (and fails again, logged again)
     os.kill(pid, signal.SIGUSR2)
-    wait_until(lambda: svc.stderr().count("heapwatch could not write a dump into") == 2)
+    time.sleep(0.5)
+    # Then one line says why, once (the same problem is not repeated), no traceback
+    assert svc.stderr().count("heapwatch could not write a dump into") == 1, svc.stderr()
+    assert f"{blocker / 'dumps'}: Not a directory" in svc.stderr()
+    assert "Traceback" not in svc.stderr()
     assert svc.proc.poll() is None
+    # and the next signal tries again: with the file gone, it writes the dump
+    blocker.unlink()
+    os.kill(pid, signal.SIGUSR2)
+    wait_until(lambda: len(svc.dumps()) == 1)
+    assert svc.proc.poll() is None
+
+
+def test_a_dump_directory_that_is_a_file_is_named_as_such(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    not_a_dir = tmp_path / "dumps.txt"
+    not_a_dir.write_text("")
+    svc = service(dump_dir=not_a_dir)
+    pid = int(svc.line("READY").split()[1])
+    os.kill(pid, signal.SIGUSR2)
+    wait_until(lambda: "heapwatch could not write a dump into" in svc.stderr())
+    stderr = svc.stderr()
+    # said at start, and on the signal, in words, not as FileExistsError
+    assert f"HEAPWATCH_DUMP_DIR={not_a_dir} exists and is not a directory" in stderr
+    assert f"{not_a_dir}: exists and is not a directory" in stderr
+    assert "Errno" not in stderr and "Traceback" not in stderr
+    assert svc.proc.poll() is None
+
+
+def test_without_a_dump_directory_the_signal_is_one_line_never_a_death(
+    service: Callable[..., Service],
+) -> None:
+    # Given a service with the agent on and no HEAPWATCH_DUMP_DIR
+    svc = service(HEAPWATCH_DUMP_DIR="")
+    pid = int(svc.line("READY").split()[1])
+    # When it gets SIGUSR2, three times
+    for _ in range(3):
+        os.kill(pid, signal.SIGUSR2)
+        time.sleep(0.2)
+    wait_until(lambda: "HEAPWATCH_DUMP_DIR is not set" in svc.stderr())
+    time.sleep(0.3)
+    # Then it runs on, and one line (not three) says what to set
+    assert svc.proc.poll() is None
+    lines = svc.stderr().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0] == (
+        "heapwatch got SIGUSR2 and writes no dump: HEAPWATCH_DUMP_DIR is not set (set it to "
+        "a directory, or use GET /debug/heapwatch/snapshot)"
+    )
+    assert svc.dumps() == []
+
+
+def test_without_a_dump_directory_an_ignored_signal_stays_ignored(
+    service: Callable[..., Service],
+) -> None:
+    svc = service(HEAPWATCH_DUMP_DIR="", APP_IGNORES="1")
+    pid = int(svc.line("READY").split()[1])
+    os.kill(pid, signal.SIGUSR2)
+    time.sleep(0.5)
+    assert svc.proc.poll() is None
+    assert svc.stderr() == ""

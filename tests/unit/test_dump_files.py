@@ -269,16 +269,33 @@ def test_an_application_handler_is_left_alone_with_a_warning(
 
 
 @pytest.mark.usefixtures("restore_usr2")
-def test_without_a_dump_dir_the_signal_is_untouched() -> None:
+def test_without_a_dump_dir_the_signal_no_longer_kills_and_says_what_to_set() -> None:
+    # Its default action would end the service: heapwatch takes it, to log a line.
     config = DEFAULTS.replace(exporters=(), interval=3600)
-    agent = agent_with(DumpService(config, source=FakeSource()), config)
+    service = DumpService(config, source=FakeSource())
+    agent = agent_with(service, config)
     try:
-        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
-        assert not [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+        assert signal.getsignal(signal.SIGUSR2) == service._on_signal
+        assert [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
         # and with neither a token nor another route, no port is opened for /debug/
         assert agent.address is None
     finally:
         agent.stop()
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+
+
+def test_without_a_dump_dir_a_signal_handled_or_ignored_is_left_alone() -> None:
+    config = DEFAULTS.replace(exporters=(), interval=3600)
+    for disposition in (signal.SIG_IGN, lambda signum, frame: None):
+        previous = signal.signal(signal.SIGUSR2, disposition)
+        try:
+            agent = agent_with(DumpService(config, source=FakeSource()), config)
+            try:
+                assert signal.getsignal(signal.SIGUSR2) is disposition
+            finally:
+                agent.stop()
+        finally:
+            signal.signal(signal.SIGUSR2, previous)
 
 
 def test_dump_to_directory_without_a_directory_says_what_to_set() -> None:
