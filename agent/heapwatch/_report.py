@@ -18,6 +18,7 @@ from __future__ import annotations
 import linecache
 import os
 import stat
+import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -43,8 +44,8 @@ __all__ = [
 KEY_TYPES = ("lineno", "filename", "traceback")
 _NOUNS = {"lineno": "lines", "filename": "files", "traceback": "tracebacks"}
 
-# linecache reads a whole file into memory: a name in a dump (from another
-# machine, or hostile) must not make it read a device or a huge file.
+# A source file is read whole: a name in a dump (from another machine, or
+# hostile) must not make us read a device or a huge file.
 _MAX_SOURCE_BYTES = 16 << 20
 
 
@@ -173,21 +174,56 @@ def raw_diffs(diffs: Iterable[StatisticDiff]) -> list[RawDiff]:
     return [(frames_of(d.traceback), d.size, d.size_diff, d.count, d.count_diff) for d in diffs]
 
 
+class _Sources:
+    """Source lines for one report, read without linecache.
+
+    linecache keeps every file it reads for the life of the process: a
+    ``/top`` served from the agent would leave whole source files in the
+    service, and the next ``/diff`` would show them as the service's growth.
+    A file the service has in linecache already is read from there (and left
+    as it is); any other is read here, once per report, and dropped with it.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[str, list[str]] = {}
+
+    def line(self, filename: str, lineno: int) -> str:
+        """The stripped source line, or "" when the file is not a readable
+        regular file of reasonable size on this machine."""
+        if not filename or filename.startswith("<") or lineno <= 0:
+            return ""
+        try:
+            info = os.stat(filename)
+        except (OSError, ValueError):
+            return ""
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SOURCE_BYTES:
+            return ""
+        lines = self._files.get(filename)
+        if lines is None:
+            lines = self._files[filename] = _read_lines(filename)
+        return lines[lineno - 1].strip() if lineno <= len(lines) else ""
+
+
+def _read_lines(filename: str) -> list[str]:
+    cached = linecache.cache.get(filename)
+    if cached is not None and len(cached) == 4:  # read by the service: (size, mtime, lines, name)
+        return list(cached[2])
+    try:
+        # The file's own encoding, as linecache reads it; not through
+        # tokenize.open(), whose TextIOWrapper keeps a small block per file
+        # for the life of the process.
+        with open(filename, "rb") as source:
+            encoding, _ = tokenize.detect_encoding(source.readline)
+            source.seek(0)
+            return source.read().decode(encoding).splitlines(keepends=True)
+    except Exception:  # a decoding error, a file that changed under us
+        return []
+
+
 def source_line(filename: str, lineno: int) -> str:
     """The stripped source line, or "" when the file is not a readable regular
-    file of reasonable size on this machine (linecache would read anything)."""
-    if not filename or filename.startswith("<") or lineno <= 0:
-        return ""
-    try:
-        info = os.stat(filename)
-    except (OSError, ValueError):
-        return ""
-    if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SOURCE_BYTES:
-        return ""
-    try:
-        return linecache.getline(filename, lineno).strip()
-    except Exception:  # a decoding error, a file that changed under us
-        return ""
+    file of reasonable size on this machine; linecache is left as it was."""
+    return _Sources().line(filename, lineno)
 
 
 # ---- text -------------------------------------------------------------------
@@ -216,8 +252,9 @@ def sample_note(sample_interval: int) -> str:
 
 def format_text(report: Report, *, sources: bool = True) -> str:
     """The report in the "Pretty top" layout, one line per item, ending in a
-    newline; ``sources`` adds each site's source line (read with linecache)."""
+    newline; ``sources`` adds each site's source line."""
     lines: list[str] = []
+    read = _Sources().line
     if report.mode == "sample":
         lines.append(sample_note(report.sample_interval))
     lines.extend(f"# {note}" for note in report.notes)
@@ -234,13 +271,13 @@ def format_text(report: Report, *, sources: bool = True) -> str:
             lines.append(f"#{index}: {filename}: {_figure(report, row)}")
             continue
         lines.append(f"#{index}: {filename}:{lineno}: {_figure(report, row)}")
-        line = source_line(filename, lineno) if sources else ""
+        line = read(filename, lineno) if sources else ""
         if line:
             lines.append(f"    {line}")
         if report.key_type == "traceback":
             for caller, caller_lineno in row.frames[1:]:
                 lines.append(f"    from {caller}:{caller_lineno}")
-                line = source_line(caller, caller_lineno) if sources else ""
+                line = read(caller, caller_lineno) if sources else ""
                 if line:
                     lines.append(f"        {line}")
     if report.other_groups:
@@ -264,10 +301,11 @@ def to_json(report: Report, *, sources: bool = True) -> dict[str, Any]:
     """The report as JSON-ready data: every figure in bytes and blocks,
     tracebacks most recent frame first."""
     stats = []
+    read = _Sources().line
     for index, row in enumerate(report.rows, 1):
         filename, lineno = row.frames[0] if row.frames else ("<unknown>", 0)
         by_file = report.key_type == "filename"
-        line = source_line(filename, lineno) if sources and not by_file else ""
+        line = read(filename, lineno) if sources and not by_file else ""
         stats.append(
             {
                 "rank": index,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import linecache
 import os
 from pathlib import Path
 
@@ -199,3 +200,45 @@ def test_unencodable_filenames_survive_text_and_json() -> None:
     )
     assert "\\udcff" in format_text(report).encode("utf-8", "backslashreplace").decode()
     assert json.loads(json.dumps(to_json(report)))["stats"][0]["filename"] == "/srv/\udcff.py"
+
+
+def test_reports_leave_no_source_file_in_linecache(tmp_path: Path) -> None:
+    # Given sites in files the service never had linecache read
+    app = write_source(tmp_path)
+    other = tmp_path / "other.py"
+    other.write_text("# coding: latin-1\nx = 'caf\xe9'\n", encoding="latin-1")
+    stats = [(((app, 3),), 40, 1), (((str(other), 2), (app, 2)), 20, 1)]
+    report = top_report(
+        stats,
+        (60, 2),
+        key_type="traceback",
+        cumulative=False,
+        limit=2,
+        mode="exact",
+        sample_interval=0,
+    )
+    # When a report shows their source lines
+    text = format_text(report)
+    data = to_json(report)
+    # Then the lines are there (the file's own encoding honoured)
+    assert "leak.append(bytearray(10))  # LEAK" in text
+    assert "x = 'caf\xe9'" in text
+    assert data["stats"][0]["source"] == "leak.append(bytearray(10))  # LEAK"
+    # and linecache keeps none of the files: heapwatch's reading is not the
+    # service's memory
+    assert app not in linecache.cache
+    assert str(other) not in linecache.cache
+
+
+def test_a_file_the_service_cached_is_read_from_its_cache(tmp_path: Path) -> None:
+    app = write_source(tmp_path)
+    linecache.getline(app, 1)
+    cached = linecache.cache[app]
+    try:
+        os.unlink(app)  # only the cache knows it now
+        assert source_line(app, 2) == ""  # not a regular file on disk: nothing read
+        write_source(tmp_path)
+        assert source_line(app, 2) == "leak = []"
+        assert linecache.cache[app] is cached  # left as the service had it
+    finally:
+        linecache.cache.pop(app, None)
