@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -72,10 +73,13 @@ def _checked(traces: Iterable[object], path: str) -> Iterator[RawTrace]:
         yield cast("RawTrace", trace)
 
 
-def open_snapshot_file(path: str, allow_pickle: bool) -> SnapshotFile:
+def open_snapshot_file(
+    path: str, allow_pickle: bool, max_inflate_ratio: float | None = None
+) -> SnapshotFile:
     """The traces of a heapwatch dump or (with ``allow_pickle``) of a pickled
     tracemalloc Snapshot.  A dump's traces are read as they are iterated and
     raise DumpError there if the file is damaged; nothing else is read first.
+    ``max_inflate_ratio`` replaces dumpfile's default bound on decompression.
 
     Raises InputError, DumpError or OSError naming the file."""
     from heapwatch import dumpfile  # noqa: PLC0415 (imported on first use)
@@ -98,7 +102,10 @@ def open_snapshot_file(path: str, allow_pickle: bool) -> SnapshotFile:
         return SnapshotFile(
             path, _checked(parts.traces, path), limit, mode, interval, {"format": "pickle"}
         )
-    header, traces = dumpfile.iter_dump(path)
+    if max_inflate_ratio is None:
+        header, traces = dumpfile.iter_dump(path)
+    else:
+        header, traces = dumpfile.iter_dump(path, max_inflate_ratio=max_inflate_ratio)
     meta: dict[str, Any] = {
         "format": "heapwatch",
         "pid": header.pid,
@@ -173,11 +180,15 @@ def _print(text: str) -> None:
     buffer.flush()
 
 
+def _open(options: argparse.Namespace, path: str) -> SnapshotFile:
+    return open_snapshot_file(path, options.allow_pickle, options.max_inflate_ratio)
+
+
 def _top(options: argparse.Namespace) -> int:
     from heapwatch._report import format_text, raw_statistics, to_json, top_report  # noqa: PLC0415
     from heapwatch._tm_objects import Statistic  # noqa: PLC0415 (imported on first use)
 
-    source = open_snapshot_file(options.file, options.allow_pickle)
+    source = _open(options, options.file)
     grouped = _group(source, options.key_type, options.cumulative)
     stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
     report = top_report(
@@ -201,9 +212,9 @@ def _diff(options: argparse.Namespace) -> int:
         _compare_grouped_stats,
     )
 
-    old = open_snapshot_file(options.old, options.allow_pickle)
+    old = _open(options, options.old)
     old_grouped = _group(old, options.key_type, options.cumulative)
-    new = open_snapshot_file(options.new, options.allow_pickle)
+    new = _open(options, options.new)
     new_grouped = _group(new, options.key_type, options.cumulative)
     diffs = _compare_grouped_stats(old_grouped.by_traceback, new_grouped.by_traceback)
     diffs.sort(key=StatisticDiff._sort_key, reverse=True)
@@ -235,16 +246,24 @@ def _write_output(output: str, write: Callable[[BinaryIO], None]) -> None:
         write(sys.stdout.buffer)
         sys.stdout.buffer.flush()
         return
+    if os.path.isdir(output):
+        raise InputError(f"{output}: is a directory; -o names the file to write")
     directory = os.path.dirname(os.path.abspath(output))
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".heapwatch-", suffix=".tmp")
+    # Errors name OUTPUT, never the temporary file the user did not ask for.
+    try:
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".heapwatch-", suffix=".tmp")
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, output) from None
     try:
         with os.fdopen(fd, "wb") as fp:
             write(fp)
         os.chmod(temporary, 0o644 & ~_umask())
         os.replace(temporary, output)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(exc, OSError) and exc.filename == temporary:
+            raise OSError(exc.errno, exc.strerror, output) from None
         raise
 
 
@@ -257,7 +276,7 @@ def _umask() -> int:
 def _convert(options: argparse.Namespace) -> int:
     from heapwatch import _convert as convert  # noqa: PLC0415 (imports the stdlib tracemalloc)
 
-    source = open_snapshot_file(options.file, options.allow_pickle)
+    source = _open(options, options.file)
     # The input is read (and checked, to its checksum) before OUTPUT is touched.
     traces = list(source.traces)
     if options.to == "tracemalloc":
@@ -348,6 +367,27 @@ def _add_pickle_option(parser: argparse.ArgumentParser) -> None:
         help="also read stdlib tracemalloc pickles: unpickling runs code from the file, "
         "so only for files you trust",
     )
+    parser.add_argument(
+        "--max-inflate-ratio",
+        type=_ratio,
+        metavar="R",
+        help="decompressed bytes a dump may hold per compressed byte (the bound against "
+        "decompression bombs; dumpfile's default applies without it): raise it only for a "
+        "file you trust",
+    )
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 1 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {text!r}")
+    return value
+
+
+_ratio.__name__ = "ratio"
 
 
 def _add_top(subparsers: SubParsers) -> None:
@@ -404,7 +444,10 @@ def run_guarded(options: argparse.Namespace) -> int:
     try:
         status: int = options.command(options)
     except HeapwatchError as exc:  # DumpError and PickleRefusedError included
-        print(f"{name}: {exc}", file=sys.stderr)
+        text = str(exc)
+        if "max_inflate_ratio" in text:  # dumpfile's advice, in the command line's words
+            text += " (here: --max-inflate-ratio R)"
+        print(f"{name}: {text}", file=sys.stderr)
         return 1
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):

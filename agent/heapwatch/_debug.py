@@ -97,12 +97,12 @@ def _query(environ: WSGIEnvironment, allowed: tuple[str, ...]) -> dict[str, str]
 
 
 def _flag(params: Mapping[str, str], name: str) -> bool:
-    value = params.get(name, "0").strip().lower()
-    if value in ("0", "false"):
-        return False
-    if value in ("1", "true"):
-        return True
-    raise BadParameter(f"{name}={_shown(value)} is invalid: {name} is 0 or 1")
+    # Exactly what the documentation says (0|1): "true" read as 1 would
+    # make "false" and "no" look accepted too.
+    value = params.get(name, "0")
+    if value not in ("0", "1"):
+        raise BadParameter(f"{name}={_shown(value)} is invalid: {name} is 0 or 1")
+    return value == "1"
 
 
 def parse_report_query(environ: WSGIEnvironment) -> ReportQuery:

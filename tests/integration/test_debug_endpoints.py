@@ -190,6 +190,8 @@ BAD_PARAMETERS = [
     (TOP, "limit=10001", "limit='10001' is invalid"),
     (TOP, "limit=" + "9" * 5000, "limit='" + "9" * 40 + "...' is invalid"),
     (TOP, "cumulative=yes", "cumulative='yes' is invalid: cumulative is 0 or 1"),
+    (TOP, "cumulative=true", "cumulative='true' is invalid: cumulative is 0 or 1"),
+    (DIFF, "cumulative=false", "cumulative='false' is invalid: cumulative is 0 or 1"),
     (TOP, "key_type=traceback&cumulative=1", "cumulative=1 is invalid with key_type=traceback"),
     (TOP, "format=xml", "format='xml' is invalid: format is text or json"),
     (TOP, "limit=1&limit=2", "parameter 'limit' is given 2 times"),
@@ -197,6 +199,7 @@ BAD_PARAMETERS = [
     (SNAPSHOT, "file=x", "unknown parameter 'file': this route takes no parameters"),
     (PPROF, "seconds=30", "unknown parameter 'seconds': this route takes gc"),
     (PPROF, "gc=2", "gc='2' is invalid: gc is 0 or 1"),
+    (PPROF, "gc=true", "gc='true' is invalid: gc is 0 or 1"),
 ]
 
 

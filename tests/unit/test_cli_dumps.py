@@ -400,3 +400,51 @@ def test_any_damage_is_a_clean_exit_never_a_traceback(
     assert status in (0, 1)
     if status == 1:
         one_line_error(err)
+
+
+def test_convert_into_a_directory_names_the_users_path(
+    app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = dump(tmp_path / "a.hwdump", traces_for(app, 3))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    missing = tmp_path / "no" / "such" / "out.pb.gz"
+    for target, says in ((out_dir, "is a directory"), (missing, "No such file or directory")):
+        status, _, err = run(capsys, "convert", path, "--to", "pprof", "-o", str(target))
+        assert status == 1
+        one_line_error(err, f"heapwatch convert: {target}: ", says)
+        assert ".heapwatch-" not in err and ".tmp" not in err
+    assert os.listdir(out_dir) == []
+
+
+def test_a_refused_decompression_is_lifted_by_the_option_the_message_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_dumpfile import bomb
+
+    from heapwatch import dumpfile
+
+    monkeypatch.setattr(dumpfile, "_INFLATE_ALLOWANCE", 1 << 16)
+    path = tmp_path / "bomb.hwdump"
+    path.write_bytes(bomb(300_000))
+    # Refused, with advice the command line can follow
+    status, _, err = run(capsys, "top", str(path))
+    assert status == 1
+    one_line_error(err, "decompression bomb", "--max-inflate-ratio")
+    # which it can
+    status, out, err = run(capsys, "top", str(path), "--max-inflate-ratio", "2000")
+    assert (status, err) == (0, "")
+    assert out.startswith("Top 10 lines")
+    for command in (["diff", str(path), str(path)], ["convert", str(path), "--to", "pprof"]):
+        extra = ["-o", str(tmp_path / "out")] if command[0] == "convert" else []
+        status, _, err = run(capsys, *command, *extra, "--max-inflate-ratio", "2000")
+        assert (status, err) == (0, ""), command
+
+
+@pytest.mark.parametrize("ratio", ["0", "0.5", "x", "nan"])
+def test_a_bad_inflate_ratio_is_a_usage_error(
+    ratio: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run(capsys, "top", "x", "--max-inflate-ratio", ratio)
+    assert status == 2
+    assert f"--max-inflate-ratio: expected a number of at least 1, got {ratio!r}" in err
