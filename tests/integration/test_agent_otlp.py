@@ -127,6 +127,9 @@ EXPECTED_UNITS = {
     "heapwatch.traces.dropped": "{trace}",
     "heapwatch.cycles": "{cycle}",
     "heapwatch.cycle.errors": "{error}",
+    "heapwatch.process.resident": "By",
+    "heapwatch.untraced": "By",
+    "heapwatch.native_heap": "By",
 }
 
 
@@ -150,6 +153,13 @@ def check_received(receiver: Receiver, pid: int) -> None:
     assert resource["process.pid"] == pid
     metrics = heapwatch_metrics(receiver.requests[-1][2])
     assert {name: metric.unit for name, metric in metrics.items()} == EXPECTED_UNITS
+    heap = {
+        attributes(point.attributes)["state"]: point.as_int or point.as_double
+        for point in metrics["heapwatch.native_heap"].gauge.data_points
+    }
+    assert set(heap) == {"in_use", "retained"} and heap["in_use"] > 0
+    (resident,) = metrics["heapwatch.process.resident"].gauge.data_points
+    assert (resident.as_int or resident.as_double) > 0
     sizes = [leak_size(request) for _, _, request in receiver.requests]
     assert max(sizes) > 1_000_000
     assert sizes[-1] > next(size for size in sizes if size)  # it grew
