@@ -14,31 +14,56 @@ static int installed;
  * that chained to ours, and ours to it after a restart) stops here. */
 static __thread int in_tracer __attribute__((tls_model("initial-exec")));
 
-/* Called by _Py_NewReference and _Py_Dealloc for every object, with the
- * GIL: what it does for objects it has nothing to do with must stay cheap. */
-static int
-ref_tracer(PyObject *op, PyRefTracerEvent event, void *data)
+/* An object was created in block: re-stamps the block's trace unless the
+ * hooks just recorded it (a new object, stamped with this very stack). */
+static inline void
+object_created(PyObject *op)
 {
-    (void)data;
+    int state = hw_load_int(&hw_tracer.hook_state);
+    if (!(state & HW_STATE_RECORDING) || hw_tls.reentrant) {
+        return;
+    }
+    void *block = hw_object_block(op);
+    if (hw_tls.stamped == block) {
+        hw_tls.stamped = NULL;
+        return;
+    }
+    /* Installed in sample mode only when a restart in that mode found ours
+     * still in the slot, under another tool's: ask the filter first. */
+    if (!(state & HW_STATE_SAMPLE) || hw_filter_maybe(block)) {
+        hw_hooks_restamp(block);
+    }
+}
+
+static HW_COLD int
+chained(PyObject *op, PyRefTracerEvent event)
+{
     if (in_tracer) {
         return 0;
     }
     in_tracer = 1;
-    int res = prev_tracer != NULL ? prev_tracer(op, event, prev_data) : 0;
-    int state = hw_load_int(&hw_tracer.hook_state);
-    if (event == PyRefTracer_CREATE && (state & HW_STATE_RECORDING) && !hw_tls.reentrant) {
-        void *block = hw_object_block(op);
-        if (hw_tls.stamped == block) {
-            /* Our hook just recorded this block with this very stack: the
-             * object is new, not reused. */
-            hw_tls.stamped = NULL;
-        }
-        else if (!(state & HW_STATE_SAMPLE) || hw_filter_maybe(block)) {
-            hw_hooks_restamp(block);
-        }
+    int res = prev_tracer(op, event, prev_data);
+    if (event == PyRefTracer_CREATE) {
+        object_created(op);
     }
     in_tracer = 0;
     return res;
+}
+
+/* Called by _Py_NewReference and _Py_Dealloc for every object, with the
+ * GIL: a destroyed object costs a few instructions, a new one not many more
+ * unless it reuses a block. */
+static int
+ref_tracer(PyObject *op, PyRefTracerEvent event, void *data)
+{
+    (void)data;
+    if (HW_UNLIKELY(prev_tracer != NULL)) {
+        return chained(op, event);
+    }
+    if (event == PyRefTracer_CREATE) {
+        object_created(op);
+    }
+    return 0;
 }
 
 int

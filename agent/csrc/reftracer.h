@@ -1,7 +1,9 @@
 /* The reference tracer (CPython 3.13+): an object created from a free list
  * reuses a block without an allocation, so the hooks never see it; the
  * stdlib re-stamps the block's trace with the creating traceback when
- * _Py_NewReference reports the object (PyRefTracer_SetTracer), and so do we.
+ * _Py_NewReference reports the object (PyRefTracer_SetTracer), and so do we
+ * in exact mode.  Sample mode does without: the tracer is called for every
+ * object created or destroyed, which costs more than sampling itself.
  *
  * The interpreter has one tracer slot.  Ours chains to the tracer it found
  * there, and stop puts that one back if ours is still on top; otherwise

@@ -302,13 +302,28 @@ void
 hw_restamp_unlocked(uintptr_t ptr, hw_capture_t *cap)
 {
     hw_flush_unlocked();
-    hw_trace_t trace;
-    if (!hw_traces_get_unlocked(&hw_tracer.traces, ptr, &trace)) {
+    if (hw_tracer.traces.count == 0) {
         return;
     }
-    /* Recording it again replaces the trace: the new weight is added and
-     * the old one removed, the same size, so the sums stay as they were. */
-    hw_record_unlocked(ptr, trace.size, cap);
+    /* Interned first, so that one probe finds and retags the slot: a block
+     * reused in a loop is retagged with the traceback it has, then nothing
+     * else changes. */
+    hw_traceback_t *tb = hw_tb_intern_unlocked(0, cap);
+    if (tb == NULL) {
+        return; /* out of memory: the old stamp stays, better than none */
+    }
+    hw_trace_t old;
+    if (!hw_traces_retag_unlocked(&hw_tracer.traces, ptr, tb->id, &old)) {
+        hw_tb_release_if_unused_unlocked(tb);
+        return;
+    }
+    if (old.tb == tb->id) {
+        return;
+    }
+    /* The block's weight moves from one traceback to the other: the totals,
+     * and so the peak, do not change. */
+    account_add_unlocked(tb, old.size);
+    account_remove_unlocked(hw_tb_by_id_unlocked(old.tb), old.size);
 }
 
 size_t
@@ -442,7 +457,11 @@ hw_start(int max_nframe, int mode, uint64_t sample_interval)
     if (hw_hooks_install(mode == HW_MODE_SAMPLE) < 0) {
         return -1;
     }
-    if (hw_reftracer_install() < 0) {
+    /* Exact mode only: the tracer is called for every object created and
+     * destroyed, a cost sample mode cannot afford (callgrind, 3.13: +3.3%
+     * instructions on sampled churn and deep_stack, 8% of their untraced
+     * work), for the few sampled blocks a free list hands back. */
+    if (mode == HW_MODE_EXACT && hw_reftracer_install() < 0) {
         hw_hooks_uninstall();
         return -1;
     }

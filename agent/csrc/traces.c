@@ -302,6 +302,20 @@ hw_traces_pop_unlocked(hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
 }
 
 int
+hw_traces_retag_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, hw_trace_t *old)
+{
+    size_t i = probe(t, ptr);
+    if (t->slots[i].ptr != ptr) {
+        return 0;
+    }
+    old->ptr = ptr;
+    old->tb = t->slots[i].tb;
+    old->size = hw_traces_slot_size_unlocked(t, &t->slots[i]);
+    t->slots[i].tb = tb;
+    return 1;
+}
+
+int
 hw_traces_get_unlocked(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
 {
     size_t i = probe(t, ptr);

@@ -63,6 +63,9 @@ int hw_traces_put_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t si
                            hw_trace_t *old);
 /* Remove the trace of ptr.  Returns 1 and fills *out if there was one. */
 int hw_traces_pop_unlocked(hw_traces_t *t, uintptr_t ptr, hw_trace_t *out);
+/* Gives the trace of ptr, if any, the traceback tb in one probe.  Returns 1
+ * and fills *old with the trace as it was, or 0 if ptr is not traced. */
+int hw_traces_retag_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, hw_trace_t *old);
 /* Returns 1 and fills *out if ptr is traced. */
 int hw_traces_get_unlocked(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out);
 /* Halves the table while live traces fill less than 1/8 of it (deletes
