@@ -28,9 +28,11 @@ SKIPS: dict[str, str] = {
         "heapwatch does not read (it starts from HEAPWATCH_* variables)"
     ),
     "TestCAPI": (
-        "PyTraceMalloc_Track reaches heapwatch only through its interposition of that "
-        "function, and these tests read the trace back through the built-in tracer's "
-        "private table (_PyTraceMalloc_GetTraceback)"
+        "checks PyTraceMalloc_Track as the built-in tracer answers it: the return value says "
+        "whether the stdlib tracer is tracing (-2 when it is not, heapwatch's interposition "
+        "passes it on), and the trace is read back from the built-in tracer's private table "
+        "(_PyTraceMalloc_GetTraceback); heapwatch's view of those calls is tested in "
+        "tests/core/test_reported_blocks.py"
     ),
 }
 
