@@ -300,6 +300,8 @@ class Agent:
         self._init_state()
         self._owns_tracing = False
         self._fork_hook_registered = False
+        self._restart_hook_registered = False
+        self._restart_pending = False
         self._atexit_hook: Callable[[], None] | None = None
 
     def _init_state(self) -> None:
@@ -406,6 +408,7 @@ class Agent:
             log.warning("heapwatch agent not started: %s", exc)
             self._stop(0.0, at_exit=False)
             return False
+        self._register_restart_hook()
         return True
 
     def stop(self, timeout: float = 5.0) -> bool:
@@ -643,9 +646,30 @@ class Agent:
 
             os.register_at_fork(after_in_child=after_fork_in_child)
 
+    def _register_restart_hook(self) -> None:
+        # The restart runs in a hook of its own, registered after the
+        # components started: after_in_child hooks run in the order they were
+        # registered, and a module imported by them that holds a lock across
+        # fork() frees it in its own hook (concurrent.futures.thread does:
+        # the OpenTelemetry SDK builds its resource in a ThreadPoolExecutor,
+        # which deadlocked a child restarting in the first hook).
+        if self._restart_hook_registered or not hasattr(os, "register_at_fork"):
+            return
+        self._restart_hook_registered = True
+        ref = weakref.ref(self)
+
+        def restart_in_child() -> None:
+            agent = ref()
+            if agent is not None:
+                agent._restart_in_child()
+
+        os.register_at_fork(after_in_child=restart_in_child)
+
     def _after_fork_in_child(self) -> None:
+        # Drops what belongs to the parent; the restart is the next hook's.
         state = self._state
         server = self._server
+        self._restart_pending = False
         self._init_state()
         if server is not None:
             server.close_in_child()
@@ -659,6 +683,16 @@ class Agent:
                 exporter.after_fork_in_child()
             self._source.reset_peak()
             self._state = _RUNNING
+        except Exception:
+            log.exception("heapwatch agent could not restart after fork in pid %d", os.getpid())
+            return
+        self._restart_pending = True
+
+    def _restart_in_child(self) -> None:
+        if not self._restart_pending or self._state != _RUNNING:
+            return
+        self._restart_pending = False
+        try:
             self._start_components()
             if not _main_thread_ends_process:
                 # The child ends when its last thread does (no exit() at the

@@ -367,7 +367,7 @@ class OtelExporter:
             except Exception as exc:
                 problems.report(
                     "shutdown",
-                    "heapwatch OpenTelemetry: the exporter did not shut down within %gs: %s",
+                    "heapwatch OpenTelemetry: the exporter did not shut down within %.1fs: %s",
                     timeout,
                     " ".join(str(exc).split()),
                     exc_info=exc,

@@ -72,3 +72,42 @@ def test_a_child_forked_from_a_thread_ends_when_its_threads_do(
     assert done.stdout.count("child ran") == 1, done.stdout + done.stderr
     assert "child exit: 0" in done.stdout, done.stdout + done.stderr
     assert done.stderr == ""
+
+
+FORK_WITH_OTLP = textwrap.dedent(
+    """\
+    import os, sys, time
+
+    import heapwatch
+
+    heapwatch.start_agent(exporters="otlp", port=0, interval=0.05)
+    # The OpenTelemetry SDK, imported by the agent after it registered its
+    # at-fork hook, runs resource detection in a ThreadPoolExecutor, whose
+    # module holds a lock across fork() until its own at-fork hook, later.
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.3)
+        os._exit(0 if heapwatch.get_agent() is not None else 7)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("child exit:", os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        print("child hung")
+    """
+)
+
+
+def test_the_agent_restarts_in_a_child_after_every_at_fork_hook(tmp_path: Path) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    done = run_script(
+        FORK_WITH_OTLP,
+        cwd=tmp_path,
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+        OTEL_METRIC_EXPORT_INTERVAL="600000",
+    )
+    assert done.stdout.strip() == "child exit: 0", done.stdout + done.stderr
