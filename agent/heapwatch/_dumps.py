@@ -364,7 +364,8 @@ class DumpService:
                     problem,
                 )
         if config.dump_signal is not None:
-            self._start_worker()
+            if config.dump_dir is not None:
+                self._start_worker()
             self._arm(config.dump_signal)
 
     def shutdown(self, timeout: float) -> None:
@@ -470,11 +471,25 @@ class DumpService:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Runs in the main thread between two bytecodes, possibly while that
-        # thread holds any lock (heapwatch's included): it takes none and only
-        # writes one byte to a non-blocking pipe.  The pid check ignores a
-        # signal caught in a forked child before it armed its own pipe.
+        # thread holds any lock (heapwatch's included): to ask for a dump it
+        # takes none and only writes one byte to a non-blocking pipe.  The
+        # pid check ignores a signal caught in a forked child before it
+        # armed its own pipe.
+        if self._armed_pid != os.getpid():
+            return
+        if self.config.dump_dir is None:
+            # No dump to ask for, so no pipe nor thread (nor descriptors) in
+            # every process: the line is logged from here, through logging's
+            # and ProblemLog's reentrant locks, as services log in handlers.
+            problems.report(
+                "no-dump-dir",
+                "heapwatch got %s and writes no dump: HEAPWATCH_DUMP_DIR is not set (set it "
+                "to a directory, or use GET /debug/heapwatch/snapshot)",
+                self.config.dump_signal,
+            )
+            return
         wake = self._wake
-        if wake is None or self._armed_pid != os.getpid():
+        if wake is None:
             return
         with contextlib.suppress(OSError):  # full: a dump is pending already
             os.write(wake[1], b"d")
@@ -496,14 +511,6 @@ class DumpService:
             if not data or b"q" in data:
                 return
             directory = self.config.dump_dir
-            if directory is None:
-                problems.report(
-                    "no-dump-dir",
-                    "heapwatch got %s and writes no dump: HEAPWATCH_DUMP_DIR is not set (set it "
-                    "to a directory, or use GET /debug/heapwatch/snapshot)",
-                    self.config.dump_signal,
-                )
-                continue
             # Signals that arrived during the last dump give one more dump.
             try:
                 self.dump_to_directory(trigger="signal")

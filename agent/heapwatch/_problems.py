@@ -44,7 +44,9 @@ class ProblemLog:
         self.logger = logger
         self.window = window
         self._clock = clock
-        self._lock = threading.Lock()  # guards _seen
+        # Reentrant: a signal handler reports from the main thread, maybe
+        # while that thread was reporting.
+        self._lock = threading.RLock()  # guards _seen
         self._seen: dict[str, tuple[float, int]] = {}
         """key -> (when it was last logged, repeats left out since)."""
         if hasattr(os, "register_at_fork"):
@@ -59,7 +61,7 @@ class ProblemLog:
 
     def after_fork_in_child(self) -> None:
         """A lock another thread of the parent held is replaced."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def report(
         self,

@@ -276,7 +276,9 @@ def test_without_a_dump_dir_the_signal_no_longer_kills_and_says_what_to_set() ->
     agent = agent_with(service, config)
     try:
         assert signal.getsignal(signal.SIGUSR2) == service._on_signal
-        assert [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+        # and adds no thread, no pipe: nothing to wake up
+        assert not [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+        assert service._wake is None
         # and with neither a token nor another route, no port is opened for /debug/
         assert agent.address is None
     finally:
