@@ -1,4 +1,4 @@
-#include "compat.h" /* Python.h first: it sets _GNU_SOURCE, which dladdr needs */
+#include "compat.h" /* Python.h first: it sets _GNU_SOURCE, which RTLD_DEFAULT needs */
 
 #include "nativeheap.h"
 
@@ -26,21 +26,44 @@ typedef hw_mallinfo2_t (*mallinfo2_fn)(void);
 /* Written once under lookup_once. */
 static mallinfo2_fn mallinfo2_ptr;
 static pthread_once_t lookup_once = PTHREAD_ONCE_INIT;
+/* The probe escapes through it, so that the compiler keeps its malloc. */
+static void *volatile probe_block;
+
+#define PROBE_BYTES ((size_t)4 << 20)
+
+static size_t
+in_use_of(mallinfo2_fn mallinfo2)
+{
+    hw_mallinfo2_t info = mallinfo2();
+    return info.uordblks + info.hblkhd;
+}
 
 static void
 lookup(void)
 {
-    void *found = dlsym(RTLD_DEFAULT, "mallinfo2");
+    mallinfo2_fn found = (mallinfo2_fn)dlsym(RTLD_DEFAULT, "mallinfo2");
     if (found == NULL) {
         return;
     }
-    /* The malloc the process calls must be the one mallinfo2 describes. */
-    Dl_info of_mallinfo2, of_malloc;
-    if (dladdr(found, &of_mallinfo2) == 0 || dladdr((void *)malloc, &of_malloc) == 0 ||
-        of_mallinfo2.dli_fbase != of_malloc.dli_fbase) {
-        return;
+    /* Believed only if it sees the blocks the process's malloc hands out
+     * (not those of jemalloc or tcmalloc preloaded).  The address of malloc
+     * cannot tell whose it is: in a non-PIE executable that takes it
+     * (Debian's python3) it is the executable's own PLT entry.  Other threads
+     * may free meanwhile: a few tries. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        size_t before = in_use_of(found);
+        probe_block = malloc(PROBE_BYTES);
+        if (probe_block == NULL) {
+            return;
+        }
+        size_t after = in_use_of(found);
+        free(probe_block);
+        probe_block = NULL;
+        if (after >= before + PROBE_BYTES) {
+            mallinfo2_ptr = found;
+            return;
+        }
     }
-    mallinfo2_ptr = (mallinfo2_fn)found;
 }
 
 int

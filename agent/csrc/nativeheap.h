@@ -4,8 +4,9 @@
  * allocation explains: a C library's blocks, or heap the allocator keeps
  * after they were freed (glibc's arenas: MALLOC_ARENA_MAX, not a code
  * change).  glibc's mallinfo2() tells the two apart.  It is looked up at run
- * time (glibc 2.33+), and only believed when malloc itself is glibc's: with
- * jemalloc or tcmalloc preloaded, glibc's arenas are empty.
+ * time (glibc 2.33+), and only believed when it sees the blocks the
+ * process's malloc hands out: with jemalloc or tcmalloc preloaded, glibc's
+ * arenas are empty.
  */
 #ifndef HEAPWATCH_NATIVEHEAP_H
 #define HEAPWATCH_NATIVEHEAP_H

@@ -9,6 +9,7 @@ scenario runs in a fresh interpreter, whose heap nothing else touches.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -16,8 +17,6 @@ import textwrap
 from typing import Any
 
 import pytest
-
-from heapwatch import _core
 
 MB = 1_000_000
 NATIVE = 100 * MB
@@ -48,13 +47,15 @@ SCENARIO = textwrap.dedent(
     leak = libc.malloc(100_000_000)
     libc.memset(leak, 1, 100_000_000)
     figures["leaked"] = cycle()
-    # 100 MB in 1000-byte blocks, then all freed but the last, which pins the
-    # heap's top: glibc keeps the rest, resident, for later mallocs.
+    # 100 MB in 1000-byte blocks, then all freed while a block allocated
+    # after them pins the heap's top: glibc keeps them, resident, for later
+    # mallocs.
     blocks = [libc.malloc(1000) for _ in range(100_000)]
     for block in blocks:
         libc.memset(block, 1, 1000)
+    pin = libc.malloc(1000)
     figures["allocated"] = cycle()
-    for block in blocks[:-1]:
+    for block in blocks:
         libc.free(block)
     figures["freed"] = cycle()
     print(json.dumps(figures))
@@ -75,8 +76,10 @@ def run_scenario(mode: str) -> dict[str, dict[str, Any]]:
     return figures
 
 
+# Asked of the C library itself, not of heapwatch, whose answer is under test.
 needs_mallinfo2 = pytest.mark.skipif(
-    _core.native_heap() is None, reason="the C library has no mallinfo2 (glibc 2.33+)"
+    not hasattr(ctypes.CDLL(None), "mallinfo2"),
+    reason="the C library has no mallinfo2 (glibc 2.33+)",
 )
 
 
@@ -99,9 +102,13 @@ def test_a_native_leak_is_untraced_and_a_freed_heap_is_retained(mode: str) -> No
         assert figure["resident"] == (
             figure["traced"] + figure["tracer_memory"] + figure["untraced"]
         )
-    # freed but kept: glibc's in-use bytes fall, its retained ones rise by as
-    # much, and the memory stays resident and untraced
+    # freed but kept: glibc's in-use bytes fall, its retained ones rise by
+    # most of that, and that memory stays resident and untraced.  (glibc may
+    # still give back what lands next to the heap's top, blocks Python put
+    # above the pin: what it gives back leaves RSS.)
+    given_back = -change(allocated, freed, "resident")
     assert change(allocated, freed, "native_in_use") <= -NATIVE * 0.95
-    assert change(allocated, freed, "native_retained") >= NATIVE * 0.95
-    assert change(allocated, freed, "untraced") >= -NATIVE * 0.05
+    assert change(allocated, freed, "native_retained") >= NATIVE * 0.8
+    assert change(allocated, freed, "native_retained") + given_back >= NATIVE * 0.95
+    assert given_back <= NATIVE * 0.2
     assert change(allocated, freed, "traced") < MB
