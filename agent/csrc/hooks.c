@@ -183,7 +183,8 @@ hook_leave(hw_tls_t *tls, uint32_t fast)
     tls->fast = fast;
 }
 
-void
+/* Flattened as the allocation path is: capture and interning inlined. */
+__attribute__((flatten)) void
 hw_hooks_restamp(void *block)
 {
     uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
