@@ -16,8 +16,10 @@ gives EPIPE, never a signal, whatever the service did with SIGPIPE.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -97,14 +99,39 @@ def _others(me: threading.Thread) -> list[threading.Thread]:
     ]
 
 
+# How often the lifeline looks for the application's threads: only in a
+# child forked from a thread other than the main one.
+_POLL_SECONDS = 0.1
+
+
+def _running(thread: threading.Thread) -> bool:
+    """Whether the OS thread behind ``thread`` still runs.  From 3.14 the
+    thread a child was forked from, its main thread, stays alive for
+    threading (join() waits for interpreter shutdown) once it has returned;
+    the kernel knows better: the thread is gone, or a zombie while it leads
+    a process that has threads left."""
+    if not thread.is_alive():
+        return False
+    native_id = thread.native_id
+    if native_id is None:
+        return True
+    try:
+        with open(f"/proc/self/task/{native_id}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return not os.path.isdir("/proc/self/task")  # no /proc: trust threading
+    return state not in (b"Z", b"X")
+
+
 def _watch(then: Callable[[], object]) -> None:
     me = threading.current_thread()
     while True:
-        others = _others(me)
+        others = [thread for thread in _others(me) if _running(thread)]
         if not others:
             break
-        for thread in others:
-            thread.join()
+        # Polled, not joined: on 3.14 joining the child's main thread (the
+        # forking one) waits past its timeout, for interpreter shutdown.
+        time.sleep(_POLL_SECONDS)
     then()
 
 
