@@ -36,11 +36,12 @@ from heapwatch._procmem import (
     read_process_memory,
     untraced,
 )
-from heapwatch._server import Router, Server
+from heapwatch._router import Router
 from heapwatch._threads import outlive_nobody, signals_blocked, start_thread
 
 if TYPE_CHECKING:
     from heapwatch import _core
+    from heapwatch._server import Server
 
 __all__ = [
     "OTHER_FILE",
@@ -542,6 +543,8 @@ class Agent:
     def _ensure_server(self) -> None:
         if self._server is not None or not self.router:
             return
+        from heapwatch._server import Server  # noqa: PLC0415 (http.server: only to serve)
+
         server = Server(self.router, self.config.host, self.config.port, self.config.port_range)
         if server.start():
             self._server = server

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from heapwatch import _core
     from heapwatch._dumps import DumpService
-    from heapwatch._server import Router
+    from heapwatch._router import Router
 
 __all__ = [
     "DIFF_PATH",

@@ -1,8 +1,10 @@
-"""The agent's HTTP endpoint: a small WSGI router served from a daemon thread.
+"""The agent's HTTP endpoint: the router (``heapwatch._router``) served from a
+daemon thread.
 
-``/metrics`` is one route; other components add theirs (``Router.add``), some
-behind a bearer token.  The server is wsgiref's, threaded per request, bound to
-127.0.0.1 unless told otherwise, and it never resolves names while binding.
+The server is wsgiref's, threaded per request, bound to 127.0.0.1 unless told
+otherwise, and it never resolves names while binding.  This module imports
+``http.server`` and the email package (some 30 ms): the agent imports it only
+when it has routes to serve.
 
 Port rule: the server tries ``port``, ``port + 1``, ... up to ``port_range``
 ports and keeps the first it can bind, so that every process of a service
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hmac
 import ipaddress
 import logging
 import os
@@ -23,113 +24,21 @@ import selectors
 import socket
 import sys
 import threading
-from collections.abc import Iterable
 from socketserver import TCPServer
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from heapwatch._problems import ProblemLog
+from heapwatch._router import Router
 from heapwatch._threads import start_thread
 
 if TYPE_CHECKING:
-    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+    from _typeshed.wsgi import WSGIApplication
 
-__all__ = ["Router", "Server"]
+__all__ = ["Server"]
 
 log = logging.getLogger("heapwatch.server")
 problems = ProblemLog(log)
-
-
-class _Route(NamedTuple):
-    app: WSGIApplication
-    protected: bool
-
-
-class Router:
-    """A WSGI application that dispatches on the exact path.
-
-    Routes marked ``protected`` need ``Authorization: Bearer <token>`` when the
-    router has a token (401 with ``WWW-Authenticate`` otherwise; compared in
-    constant time); without a token they are refused (403), so that a debug
-    endpoint is never open by accident.
-    """
-
-    def __init__(self, token: str | None = None) -> None:
-        self.token = token
-        self._routes: dict[str, _Route] = {}
-        self._lock = threading.Lock()
-
-    def add(self, path: str, app: WSGIApplication, *, protected: bool = False) -> None:
-        """Serves ``app`` at ``path`` (it replaces a route already there)."""
-        if not path.startswith("/"):
-            raise ValueError(f"a route's path starts with '/', got {path!r}")
-        with self._lock:
-            self._routes[path] = _Route(app, protected)
-
-    def remove(self, path: str) -> None:
-        with self._lock:
-            self._routes.pop(path, None)
-
-    def paths(self) -> list[str]:
-        with self._lock:
-            return sorted(self._routes)
-
-    def protected_paths(self) -> list[str]:
-        with self._lock:
-            return sorted(p for p, r in self._routes.items() if r.protected)
-
-    def __bool__(self) -> bool:
-        return bool(self._routes)
-
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO") or "/"
-        with self._lock:
-            route = self._routes.get(path)
-            paths = sorted(p for p, r in self._routes.items() if not r.protected)
-        if route is None:
-            if path == "/":
-                body = "heapwatch agent\n" + "".join(f"{p}\n" for p in paths)
-                return _respond(start_response, "200 OK", body)
-            return _respond(start_response, "404 Not Found", f"no route {path}\n")
-        if route.protected:
-            refusal = self._refusal(environ)
-            if refusal is not None:
-                status, headers, reason = refusal
-                return _respond(start_response, status, f"{status}\n{reason}\n", headers)
-        environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + path
-        environ["PATH_INFO"] = ""
-        return route.app(environ, start_response)
-
-    def _refusal(self, environ: WSGIEnvironment) -> tuple[str, list[tuple[str, str]], str] | None:
-        """None if the request may pass, else (status, headers, reason)."""
-        if not self.token:
-            return "403 Forbidden", [], "this route is off: set HEAPWATCH_TOKEN to turn it on"
-        given = environ.get("HTTP_AUTHORIZATION", "")
-        scheme, _, credentials = given.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            credentials.strip().encode(), self.token.encode()
-        ):
-            return None
-        return (
-            "401 Unauthorized",
-            [("WWW-Authenticate", 'Bearer realm="heapwatch"')],
-            "send Authorization: Bearer <HEAPWATCH_TOKEN>",
-        )
-
-
-def _respond(
-    start_response: StartResponse,
-    status: str,
-    body: str,
-    headers: list[tuple[str, str]] | None = None,
-) -> list[bytes]:
-    data = body.encode()
-    start_response(
-        status,
-        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))]
-        + (headers or []),
-    )
-    return [data]
 
 
 class _LogStream:

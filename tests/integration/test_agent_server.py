@@ -17,7 +17,8 @@ from agent_model import ModelSource
 from agent_process import free_ports
 from heapwatch._agent import Agent
 from heapwatch._config import AgentConfig
-from heapwatch._server import Router, Server
+from heapwatch._router import Router
+from heapwatch._server import Server
 
 
 def hello(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:

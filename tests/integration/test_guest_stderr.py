@@ -16,7 +16,8 @@ import pytest
 
 from agent_process import free_ports, run_script
 from heapwatch import _server
-from heapwatch._server import Router, Server
+from heapwatch._router import Router
+from heapwatch._server import Server
 
 
 @pytest.fixture
