@@ -601,15 +601,17 @@ class Agent:
             if thread.is_alive():
                 in_time = False
                 log.warning("heapwatch agent thread did not stop within %gs", timeout)
+        # The server first: quick, and an exporter that uses the deadline up
+        # (a collector that does not answer) must not leave it serving.
+        server = self._server
+        self._server = None
+        if server is not None:
+            in_time = server.stop(max(0.0, deadline - time.monotonic())) and in_time
         for exporter in self._exporters:
             try:
                 exporter.shutdown(max(0.0, deadline - time.monotonic()))
             except Exception as exc:
                 _shutdown_failed(exporter, exc)
-        server = self._server
-        self._server = None
-        if server is not None:
-            in_time = server.stop(max(0.0, deadline - time.monotonic())) and in_time
         # At exit the core's own atexit hook stops recording; freeing the
         # tables there would only cost time.
         if self._owns_tracing and not at_exit:

@@ -249,18 +249,26 @@ class Server:
     def _serve(httpd: _HTTPServer, wake: int) -> None:
         # A selector on the listening socket and a wake-up pipe: stop() returns
         # as soon as it writes to the pipe, with no polling interval to wait out.
+        # The pipe's read end is this thread's to close: closed by stop() while
+        # this thread was not yet in select(), it would leave it waiting on an
+        # empty selector for ever (and a process that ends with its last
+        # thread alive; seen when an exporter's shutdown used the deadline up).
         httpd.timeout = 1.0
-        with selectors.DefaultSelector() as selector:
-            selector.register(httpd, selectors.EVENT_READ)
-            selector.register(wake, selectors.EVENT_READ)
-            while True:
-                events = selector.select()
-                if any(key.fileobj == wake for key, _ in events):
-                    return
-                try:
-                    httpd.handle_request()
-                except Exception:  # pragma: no cover - socketserver handles its own
-                    log.debug("heapwatch HTTP server error", exc_info=True)
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(httpd, selectors.EVENT_READ)
+                selector.register(wake, selectors.EVENT_READ)
+                while True:
+                    events = selector.select()
+                    if any(key.fileobj == wake for key, _ in events):
+                        return
+                    try:
+                        httpd.handle_request()
+                    except Exception:  # the socket closed by stop(), for one
+                        log.debug("heapwatch HTTP server error", exc_info=True)
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(wake)
 
     def stop(self, timeout: float = 5.0) -> bool:
         """Stops serving and closes the socket; True if the thread ended in time."""
@@ -278,9 +286,9 @@ class Server:
         httpd.server_close()
         httpd.abort_requests()
         if wake is not None:
-            for fd in wake:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            # The read end is the serving thread's (it closes it on its way out).
+            with contextlib.suppress(OSError):
+                os.close(wake[1])
         return ended
 
     def close_in_child(self) -> None:

@@ -236,10 +236,16 @@ class _OurRecords(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.threads: set[int] = set()
+        self.quiet: set[int] = set()
+        """Threads heapwatch interrupted on purpose: what the SDK says of
+        that (aborted retries) is no news, and goes to DEBUG."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.thread not in self.threads:
             return True
+        if record.thread in self.quiet:
+            log.debug("OpenTelemetry SDK, stopping: %s", record.getMessage())
+            return False
         problems.report(
             f"sdk:{record.name}:{record.msg}",
             "heapwatch OpenTelemetry export: %s",
@@ -274,6 +280,7 @@ class _ExportThread:
         self._timeout_ms = timeout_ms
         self._stop = threading.Event()
         self._thread = start_thread(self._run, "heapwatch-otlp")
+        self.ident = self._thread.ident
 
     def _export(self) -> None:
         try:
@@ -296,9 +303,13 @@ class _ExportThread:
         finally:
             # A thread's number is reused by the next thread to start.
             _our_records.threads.discard(me)
+            _our_records.quiet.discard(me)
 
     def stop(self, timeout: float) -> bool:
         self._stop.set()
+        return self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
         if self._thread is not threading.current_thread():
             self._thread.join(max(0.0, timeout))
         return not self._thread.is_alive()
@@ -328,7 +339,7 @@ class OtelExporter:
         self._otlp_exporter = otlp_exporter
         self._instruments: _Instruments | None = None
         self._source: ReadingsSource | None = None
-        self._own: tuple[Any, _ExportThread] | None = None
+        self._own: tuple[MetricReader, _ExportThread] | None = None
         self.meter_provider: MeterProvider | None = None
 
     def start(self, agent: Agent) -> None:
@@ -342,7 +353,7 @@ class OtelExporter:
             _route_sdk_records(provider, reader, getattr(reader, "_exporter", None))
             interval = _parse_ms(env, "OTEL_METRIC_EXPORT_INTERVAL", DEFAULT_EXPORT_INTERVAL_MS)
             timeout = _parse_ms(env, "OTEL_METRIC_EXPORT_TIMEOUT", DEFAULT_EXPORT_TIMEOUT_MS)
-            self._own = (provider, _ExportThread(reader, interval / 1000.0, timeout))
+            self._own = (reader, _ExportThread(reader, interval / 1000.0, timeout))
         self.meter_provider = provider
         self._source = agent.readings
         self._instruments = _instruments_for(provider)
@@ -356,25 +367,34 @@ class OtelExporter:
     def shutdown(self, timeout: float) -> None:
         own, self._own = self._own, None
         if own is not None:
-            provider, thread = own
+            reader, thread = own
             deadline = _Deadline(timeout)
-            thread.stop(deadline.remaining())  # its last export carries the last cycle
+            # Its last export carries the last cycle, if it can within the
+            # deadline; else it is retrying (the collector is down), and the
+            # reader's shutdown ends the retries: a thread left retrying would
+            # keep a process that ends when its last thread does (a child
+            # forked from a thread) alive.  Not the provider's shutdown: that
+            # does nothing once the deadline has passed.
+            finished = thread.stop(deadline.remaining())
             me = threading.get_ident()
             ours = me in _our_records.threads
             _our_records.threads.add(me)
+            if thread.ident is not None:
+                _our_records.quiet.add(thread.ident)
             try:
-                provider.shutdown(timeout_millis=deadline.remaining() * 1000.0)
+                reader.shutdown(timeout_millis=max(deadline.remaining(), 0.5) * 1000.0)
             except Exception as exc:
                 problems.report(
                     "shutdown",
-                    "heapwatch OpenTelemetry: the exporter did not shut down within %.1fs: %s",
-                    timeout,
+                    "heapwatch OpenTelemetry: the exporter did not shut down: %s",
                     " ".join(str(exc).split()),
                     exc_info=exc,
                 )
             finally:
                 if not ours:
                     _our_records.threads.discard(me)
+            if not thread.join(0.5) or not finished:
+                log.debug("heapwatch OpenTelemetry: the last export did not finish in time")
         self._detach()
         self.meter_provider = None
 
@@ -386,6 +406,7 @@ class OtelExporter:
         if self._own is not None:
             self._own = None
             _our_records.threads.clear()  # numbers of the parent's threads
+            _our_records.quiet.clear()
             self._detach()
             self.meter_provider = None
 

@@ -4,8 +4,13 @@ test_main_thread_after_fork_from_nonmain_thread hung for ever before)."""
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
+import threading
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,3 +116,41 @@ def test_the_agent_restarts_in_a_child_after_every_at_fork_hook(tmp_path: Path) 
         OTEL_METRIC_EXPORT_INTERVAL="600000",
     )
     assert done.stdout.strip() == "child exit: 0", done.stdout + done.stderr
+
+
+def test_a_server_stopped_with_no_time_left_still_ends_its_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a server whose thread is out of select(), accepting a connection
+    from heapwatch import _server
+    from heapwatch._router import Router
+
+    accepting = threading.Event()
+    accept = _server._HTTPServer.process_request
+
+    def slow_accept(self: Any, request: Any, client_address: Any) -> None:
+        accepting.set()
+        time.sleep(0.5)
+        accept(self, request, client_address)
+
+    monkeypatch.setattr(_server._HTTPServer, "process_request", slow_accept)
+    router = Router()
+    router.add("/metrics", lambda environ, start_response: [b""])
+    server = _server.Server(router, "127.0.0.1", 0)
+    assert server.start() and server.address is not None
+    thread = server._thread
+    assert thread is not None
+
+    def request() -> None:
+        with contextlib.suppress(OSError):  # stop() may abort it: no answer
+            urllib.request.urlopen(f"{server.url}/metrics", timeout=10).read()
+
+    client = threading.Thread(target=request)
+    client.start()
+    assert accepting.wait(10)
+    # When it is stopped with no time to wait (an exporter used the deadline up)
+    server.stop(0.0)
+    client.join(10)
+    # Then its thread still ends, not stranded on an empty selector
+    thread.join(5)
+    assert not thread.is_alive()
