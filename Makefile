@@ -12,9 +12,13 @@ PYTEST_ARGS ?=
 SOURCES     := $(shell find agent exporters -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.pyi' -o -name '*.pth' 2>/dev/null) setup.py pyproject.toml
 ASAN_LIB     = $(shell gcc -print-file-name=libasan.so)
 UBSAN_LIB    = $(shell gcc -print-file-name=libubsan.so)
+SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 HEAPWATCH_SANITIZED=1
+SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-all sanitize bench lint ci ci-tools install clean dashboard
+.PHONY: help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -53,9 +57,7 @@ test-all:  ## run the test suite on every supported Python (3.9 to 3.15)
 sanitize:  ## build the core with ASan+UBSan and run the core tests under them
 	$(MAKE) --no-print-directory $(VENV)-asan/.deps VENV=$(VENV)-asan
 	HEAPWATCH_SANITIZE=1 $(VENV)-asan/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
-	cd tests && PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
-	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 HEAPWATCH_SANITIZED=1 \
+	cd tests && $(SANITIZED) \
 	  $(abspath $(VENV)-asan)/bin/python -m pytest -p no:cacheprovider -x core $(PYTEST_ARGS)
 
 dashboard: $(VENV)/.deps  ## regenerate deploy/grafana/dashboard.json from deploy/grafana/generate.py
@@ -63,6 +65,20 @@ dashboard: $(VENV)/.deps  ## regenerate deploy/grafana/dashboard.json from deplo
 
 bench: $(VENV)/.installed  ## measure slowdown and memory against untraced and the stdlib tracer
 	$(VPY) benchmarks/run.py $(BENCH_ARGS)
+
+guest: $(VENV)/.installed  ## CPython's own test files untraced and under the agent (exact, sample): no failure added
+	$(VPY) tests/guest/run.py --python $(abspath $(VPY)) --markdown $(VENV)/guest.md $(GUEST_ARGS)
+
+soak: $(VENV)/.installed  ## the agent in a busy service for SOAK_SECONDS (300): no crash, hang, growth or noise
+	$(VPY) tests/soak/soak.py --seconds $(SOAK_SECONDS) $(SOAK_ARGS)
+
+soak-short: $(VENV)/.installed  ## the soak run for 60 s
+	$(VPY) tests/soak/soak.py --seconds 60 $(SOAK_ARGS)
+
+soak-sanitize:  ## the soak run for 60 s with the core under ASan+UBSan (the sanitize build)
+	$(MAKE) --no-print-directory $(VENV)-asan/.deps VENV=$(VENV)-asan
+	HEAPWATCH_SANITIZE=1 $(VENV)-asan/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
+	$(SANITIZED) $(VENV)-asan/bin/python tests/soak/soak.py --seconds 60 $(SOAK_ARGS)
 
 lint: $(VENV)/.deps  ## ruff and mypy --strict
 	$(VENV)/bin/ruff check agent exporters tests benchmarks examples deploy
