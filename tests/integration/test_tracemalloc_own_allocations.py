@@ -1,0 +1,35 @@
+"""The stdlib's idiom for hiding the tracer's own allocations,
+``snapshot.filter_traces((tracemalloc.Filter(False, tracemalloc.__file__),))``,
+against both tracers."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+
+HEAPWATCH_MISS = (
+    "heapwatch's snapshot objects are built in heapwatch/_tm_snapshot.py, which "
+    "Filter(False, tracemalloc.__file__) does not match: the fix belongs in _tm_snapshot.py "
+    "or _tm_filters.py (see the issue 12 report)"
+)
+
+
+def test_the_idiom_hides_the_tracers_own_snapshot_objects(
+    tm: ModuleType, request: pytest.FixtureRequest
+) -> None:
+    if "heapwatch" in tm.__name__:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=HEAPWATCH_MISS))
+    # Given two snapshots, the first alive while the second is taken
+    tm.start(5)
+    first = tm.take_snapshot()
+    data = [str(i) * 10 for i in range(1000)]
+    second = tm.take_snapshot()
+    # When both are filtered the stdlib's way and compared
+    own = (tm.Filter(False, tm.__file__),)
+    diffs = second.filter_traces(own).compare_to(first.filter_traces(own), "lineno")
+    # Then what grew is the test's data, not the tracer's bookkeeping
+    assert data
+    tracer_dir = tm.__file__.rsplit("/", 1)[0] if "heapwatch" in tm.__name__ else tm.__file__
+    shown = [str(d) for d in diffs if d.traceback[0].filename.startswith(tracer_dir)]
+    assert shown == []
