@@ -25,6 +25,19 @@ def _normalize_filename(filename: str) -> str:
     return filename
 
 
+_HERE = os.path.normcase(os.path.dirname(os.path.abspath(__file__)))
+# The stdlib hides its tracer's own allocations with
+# Filter(False, tracemalloc.__file__): one file there, several here.  That
+# pattern covers every module of the drop-in.
+_DROP_IN_FILE = os.path.join(_HERE, "tracemalloc.py")
+
+
+def _is_drop_in_module(filename: str) -> bool:
+    """Whether a normalised filename is a module of heapwatch.tracemalloc."""
+    directory, name = os.path.split(filename)
+    return directory == _HERE and (name == "tracemalloc.py" or name.startswith("_tm_"))
+
+
 class BaseFilter:
     """Base class of the filters that Snapshot.filter_traces() accepts."""
 
@@ -61,7 +74,10 @@ class Filter(BaseFilter):
         return self._filename_pattern
 
     def _match_frame_impl(self, filename: str, lineno: int) -> bool:
-        if not fnmatch.fnmatch(_normalize_filename(filename), self._filename_pattern):
+        name = _normalize_filename(filename)
+        if not fnmatch.fnmatch(name, self._filename_pattern) and not (
+            self._filename_pattern == _DROP_IN_FILE and _is_drop_in_module(name)
+        ):
             return False
         return self.lineno is None or lineno == self.lineno
 

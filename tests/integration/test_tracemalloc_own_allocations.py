@@ -6,20 +6,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-import pytest
 
-HEAPWATCH_MISS = (
-    "heapwatch's snapshot objects are built in heapwatch/_tm_snapshot.py, which "
-    "Filter(False, tracemalloc.__file__) does not match: the fix belongs in _tm_snapshot.py "
-    "or _tm_filters.py (see the issue 12 report)"
-)
-
-
-def test_the_idiom_hides_the_tracers_own_snapshot_objects(
-    tm: ModuleType, request: pytest.FixtureRequest
-) -> None:
-    if "heapwatch" in tm.__name__:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=HEAPWATCH_MISS))
+def test_the_idiom_hides_the_tracers_own_snapshot_objects(tm: ModuleType) -> None:
     # Given two snapshots, the first alive while the second is taken
     tm.start(5)
     first = tm.take_snapshot()

@@ -166,3 +166,17 @@ def test_filter_traces_keeps_what_the_stdlib_keeps(
         snapshot = tm.Snapshot(list(traces), 4).filter_traces(filters)
         results.append(list(snapshot.traces._traces))
     assert results[0] == results[1]
+
+
+def test_the_drop_ins_file_stands_for_all_its_modules() -> None:
+    import os
+
+    from heapwatch import tracemalloc as hw_tm
+
+    sibling = os.path.join(os.path.dirname(hw_tm.__file__), "_tm_snapshot.py")
+    trace = (0, 10, ((sibling, 1),), 1)
+    assert not hw_tm.Filter(False, hw_tm.__file__)._match(trace)
+    assert hw_tm.Filter(True, hw_tm.__file__)._match(trace)
+    # Only that very pattern: another one named tracemalloc.py is a plain pattern.
+    assert hw_tm.Filter(False, "/elsewhere/tracemalloc.py")._match(trace)
+    assert hw_tm.Filter(False, hw_tm.__file__)._match((0, 10, (("/app/x.py", 1),), 1))
