@@ -37,7 +37,12 @@ from heapwatch._procmem import (
     untraced,
 )
 from heapwatch._router import Router
-from heapwatch._threads import outlive_nobody, signals_blocked, start_thread
+from heapwatch._threads import (
+    call_in_forked_child,
+    outlive_nobody,
+    signals_blocked,
+    start_thread,
+)
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -641,15 +646,9 @@ class Agent:
         # Registered after heapwatch._core's own hook, so it runs before it
         # (atexit is last in, first out): the last cycle still sees recording on.
         atexit.register(stop_at_exit)
-        if not self._fork_hook_registered and hasattr(os, "register_at_fork"):
+        if not self._fork_hook_registered:
             self._fork_hook_registered = True
-
-            def after_fork_in_child() -> None:
-                agent = ref()
-                if agent is not None:
-                    agent._after_fork_in_child()
-
-            os.register_at_fork(after_in_child=after_fork_in_child)
+            call_in_forked_child(self._after_fork_in_child)
 
     def _register_restart_hook(self) -> None:
         # The restart runs in a hook of its own, registered after the
@@ -658,17 +657,9 @@ class Agent:
         # fork() frees it in its own hook (concurrent.futures.thread does:
         # the OpenTelemetry SDK builds its resource in a ThreadPoolExecutor,
         # which deadlocked a child restarting in the first hook).
-        if self._restart_hook_registered or not hasattr(os, "register_at_fork"):
-            return
-        self._restart_hook_registered = True
-        ref = weakref.ref(self)
-
-        def restart_in_child() -> None:
-            agent = ref()
-            if agent is not None:
-                agent._restart_in_child()
-
-        os.register_at_fork(after_in_child=restart_in_child)
+        if not self._restart_hook_registered:
+            self._restart_hook_registered = True
+            call_in_forked_child(self._restart_in_child)
 
     def _after_fork_in_child(self) -> None:
         # Drops what belongs to the parent; the restart is the next hook's.

@@ -12,11 +12,11 @@ were left out.  The traceback, when there is one, goes to DEBUG.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-import weakref
 from typing import Any, Callable
+
+from heapwatch._threads import call_in_forked_child
 
 __all__ = ["DEFAULT_WINDOW", "ProblemLog"]
 
@@ -49,15 +49,7 @@ class ProblemLog:
         self._lock = threading.RLock()  # guards _seen
         self._seen: dict[str, tuple[float, int]] = {}
         """key -> (when it was last logged, repeats left out since)."""
-        if hasattr(os, "register_at_fork"):
-            ref = weakref.ref(self)
-
-            def after_fork_in_child() -> None:
-                problems = ref()
-                if problems is not None:
-                    problems.after_fork_in_child()
-
-            os.register_at_fork(after_in_child=after_fork_in_child)
+        call_in_forked_child(self.after_fork_in_child)
 
     def after_fork_in_child(self) -> None:
         """A lock another thread of the parent held is replaced."""

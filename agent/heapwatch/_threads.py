@@ -20,12 +20,14 @@ import os
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, Callable
 
 __all__ = [
     "ASYNCHRONOUS_SIGNALS",
     "SYNCHRONOUS_SIGNALS",
+    "call_in_forked_child",
     "is_ours",
     "outlive_nobody",
     "signals_blocked",
@@ -80,6 +82,21 @@ def start_thread(
     with signals_blocked():
         thread.start()
     return thread
+
+
+def call_in_forked_child(method: Callable[[], object]) -> None:
+    """Calls the bound ``method`` in every forked child (an after_in_child
+    hook, run in registration order), for as long as its object lives."""
+    if not hasattr(os, "register_at_fork"):
+        return
+    ref = weakref.WeakMethod(method)
+
+    def after_in_child() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    os.register_at_fork(after_in_child=after_in_child)
 
 
 def is_ours(thread: threading.Thread) -> bool:
