@@ -75,10 +75,10 @@ soak: $(VENV)/.installed  ## the agent in a busy service for SOAK_SECONDS (300):
 soak-short: $(VENV)/.installed  ## the soak run for 60 s
 	$(VPY) tests/soak/soak.py --seconds 60 $(SOAK_ARGS)
 
-soak-sanitize:  ## the soak run for 60 s with the core under ASan+UBSan (the sanitize build)
+soak-sanitize:  ## the soak run for 180 s with the core under ASan+UBSan (the sanitize build; 3-5 times slower)
 	$(MAKE) --no-print-directory $(VENV)-asan/.deps VENV=$(VENV)-asan
 	HEAPWATCH_SANITIZE=1 $(VENV)-asan/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
-	$(SANITIZED) $(VENV)-asan/bin/python tests/soak/soak.py --seconds 60 $(SOAK_ARGS)
+	$(SANITIZED) $(VENV)-asan/bin/python tests/soak/soak.py --seconds 180 $(SOAK_ARGS)
 
 lint: $(VENV)/.deps  ## ruff and mypy --strict
 	$(VENV)/bin/ruff check agent exporters tests benchmarks examples deploy

@@ -277,6 +277,11 @@ def _flat(samples: list[tuple[float, float]]) -> list[str]:
     return []
 
 
+def _shape(line: str) -> str:
+    """A log line without its numbers: one problem whatever the figures."""
+    return re.sub(r"\d+(\.\d+)?", "N", line)
+
+
 def _one_line_each(stderr: str, seconds: float) -> list[str]:
     problems: list[str] = []
     if "Traceback" in stderr:
@@ -285,7 +290,7 @@ def _one_line_each(stderr: str, seconds: float) -> list[str]:
     strangers = [line for line in lines if not line.startswith("heapwatch")]
     if strangers:
         problems.append(f"stderr lines not from heapwatch: {strangers[:3]}")
-    shapes = Counter(re.sub(r"\d+(\.\d+)?", "N", line) for line in lines)
+    shapes = Counter(_shape(line) for line in lines)
     allowed = int(seconds // 60) + 1
     for shape, count in shapes.items():
         if count > allowed:
@@ -388,7 +393,7 @@ def report(figures: Figures) -> str:
         f"agent cycles: {result.get('cycles')} ({result.get('cycle_errors')} failed)",
         f"dump signals: {figures.signals}, dumps written: {len(figures.dumps)} "
         f"({max(figures.dumps.values(), default=0) / 2**10:.0f} KiB at most), "
-        f"directory filled: {figures.fills} times",
+        f"directory emptied (tmpfs) or made read-only: {figures.fills} times",
         f"forked workers: {result.get('forks')} ({result.get('children_ok')} ended by "
         "themselves with status 0)",
         f"allocations by the 8 threads: {result.get('allocations')}",
@@ -404,11 +409,13 @@ def report(figures: Figures) -> str:
             f"{max(v for _, v in memory) / 2**20:.2f} MiB at most, "
             f"{memory[-1][1] / 2**20:.2f} MiB at {memory[-1][0]:.0f}s"
         )
-    distinct = sorted({re.sub(r"\d+(\.\d+)?", "N", line) for line in figures.stderr.splitlines()})
+    distinct = sorted({_shape(line) for line in figures.stderr.splitlines()})
     lines.append(f"stderr: {len(figures.stderr.splitlines())} lines, {len(distinct)} distinct:")
     lines += [f"    {line[:160]}" for line in distinct]
     workers = [len(text.splitlines()) for text in figures.child_stderr]
-    lines.append(f"forked workers' stderr: {sum(workers)} lines in {len(workers)} workers")
+    lines.append(f"forked workers' stderr: {sum(workers)} lines in {len(workers)} workers:")
+    shapes = {_shape(line) for text in figures.child_stderr for line in text.splitlines()}
+    lines += [f"    {line[:160]}" for line in sorted(shapes)]
     lines.append("FAILED:\n  " + "\n  ".join(figures.problems) if figures.problems else "OK")
     return "\n".join(lines)
 
