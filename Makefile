@@ -89,11 +89,14 @@ ci-tools:  ## install the external tools CI tests with (Debian packages)
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v go >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus golang-go; }
 
-ci: ci-tools  ## what CI runs: lint, every Python, the sanitizer build, the real tools
+ci: ci-tools  ## what CI runs: lint, every Python, the sanitizer build, the guest suite, the real tools
 	$(MAKE) --no-print-directory lint
 	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test
 	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test-all VERSIONS="$(filter-out $(shell $(PYTHON) -c 'import sys;print("%d.%d"%sys.version_info[:2])'),$(VERSIONS))"
 	$(MAKE) --no-print-directory sanitize
+	$(MAKE) --no-print-directory guest
+	tools/sid-python run make --no-print-directory guest PYTHON=python$(lastword $(SID_VERSIONS)) VENV=.venvs/$(lastword $(SID_VERSIONS))
+	$(MAKE) --no-print-directory soak-short
 
 clean:  ## remove build products and virtual environments
 	rm -rf build dist *.egg-info agent/*.egg-info $(VENV) $(VENV)-asan .venvs agent/heapwatch/*.so
