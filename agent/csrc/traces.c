@@ -301,29 +301,33 @@ hw_traces_pop_unlocked(hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
     return 1;
 }
 
-int
-hw_traces_retag_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, hw_trace_t *old)
+/* The slot of ptr, with its trace in *out; NULL if ptr is not traced. */
+static hw_slot_t *
+find(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
 {
     size_t i = probe(t, ptr);
     if (t->slots[i].ptr != ptr) {
+        return NULL;
+    }
+    out->ptr = ptr;
+    out->tb = t->slots[i].tb;
+    out->size = hw_traces_slot_size_unlocked(t, &t->slots[i]);
+    return &t->slots[i];
+}
+
+int
+hw_traces_retag_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, hw_trace_t *old)
+{
+    hw_slot_t *slot = find(t, ptr, old);
+    if (slot == NULL) {
         return 0;
     }
-    old->ptr = ptr;
-    old->tb = t->slots[i].tb;
-    old->size = hw_traces_slot_size_unlocked(t, &t->slots[i]);
-    t->slots[i].tb = tb;
+    slot->tb = tb;
     return 1;
 }
 
 int
 hw_traces_get_unlocked(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
 {
-    size_t i = probe(t, ptr);
-    if (t->slots[i].ptr != ptr) {
-        return 0;
-    }
-    out->ptr = ptr;
-    out->tb = t->slots[i].tb;
-    out->size = hw_traces_slot_size_unlocked(t, &t->slots[i]);
-    return 1;
+    return find(t, ptr, out) != NULL;
 }

@@ -69,3 +69,13 @@ def freelist_reuse(x: int = 7) -> tuple[int, int]:
     """A 2-tuple freed at one line and taken back from the free list at another."""
     _dropped_pair(x)
     return (x, x + 1)  # the parked block, re-initialised here
+
+
+def hand_built_twin(snapshot: Any) -> Any:
+    """A hand-built snapshot of a snapshot's traces, weighed the same way."""
+    return type(snapshot)(
+        list(snapshot.traces._traces),
+        snapshot.traceback_limit,
+        mode=snapshot.mode,
+        sample_interval=snapshot.sample_interval,
+    )

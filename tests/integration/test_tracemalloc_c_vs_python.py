@@ -14,6 +14,8 @@ import pytest
 from heapwatch import _tm_snapshot
 from heapwatch import tracemalloc as hw_tm
 
+twin = workload.hand_built_twin
+
 GROUPINGS = [
     ("traceback", False),
     ("filename", False),
@@ -22,16 +24,6 @@ GROUPINGS = [
     ("lineno", True),
 ]
 MODES = [("exact", None), ("sample", 256), ("sample", 4096)]
-
-
-def python_twin(snapshot: hw_tm.Snapshot) -> hw_tm.Snapshot:
-    """A hand-built snapshot of the same traces, weighed the same way."""
-    return hw_tm.Snapshot(
-        list(snapshot.traces._traces),
-        snapshot.traceback_limit,
-        mode=snapshot.mode,
-        sample_interval=snapshot.sample_interval,
-    )
 
 
 def reprs(items: list[Any]) -> list[str]:
@@ -69,7 +61,7 @@ def test_c_statistics_equal_the_python_ones(
     _, snapshot = two_snapshots
     ours = snapshot.statistics(key_type, cumulative)
     assert ours, "the snapshot holds no traces"
-    assert reprs(ours) == reprs(python_twin(snapshot).statistics(key_type, cumulative))
+    assert reprs(ours) == reprs(twin(snapshot).statistics(key_type, cumulative))
 
 
 @pytest.mark.parametrize(("key_type", "cumulative"), GROUPINGS)
@@ -79,9 +71,9 @@ def test_c_compare_to_equals_the_python_and_mixed_ones(
     old, new = two_snapshots
     in_c = reprs(new.compare_to(old, key_type, cumulative))
     assert in_c
-    assert in_c == reprs(python_twin(new).compare_to(python_twin(old), key_type, cumulative))
-    assert in_c == reprs(python_twin(new).compare_to(old, key_type, cumulative))
-    assert in_c == reprs(new.compare_to(python_twin(old), key_type, cumulative))
+    assert in_c == reprs(twin(new).compare_to(twin(old), key_type, cumulative))
+    assert in_c == reprs(twin(new).compare_to(old, key_type, cumulative))
+    assert in_c == reprs(new.compare_to(twin(old), key_type, cumulative))
 
 
 def test_sampled_statistics_are_weighed_estimates(two_snapshots: tuple[Any, Any]) -> None:
@@ -116,8 +108,8 @@ def test_filtered_core_snapshots_equal_filtered_python_ones(
     old, new = two_snapshots
     filters = filters_to_try()[index]
     filtered_new, filtered_old = new.filter_traces(filters), old.filter_traces(filters)
-    twin_new = python_twin(new).filter_traces(filters)
-    twin_old = python_twin(old).filter_traces(filters)
+    twin_new = twin(new).filter_traces(filters)
+    twin_old = twin(old).filter_traces(filters)
     assert filtered_new._source is new._source  # still core-backed, sharing the C snapshot
     for key_type, cumulative in GROUPINGS:
         assert reprs(filtered_new.statistics(key_type, cumulative)) == reprs(
@@ -134,7 +126,7 @@ def test_successive_filters_and_together(two_snapshots: tuple[Any, Any]) -> None
     first = [hw_tm.Filter(True, workload.__file__, all_frames=True)]
     second = [hw_tm.Filter(False, workload.__file__, lineno=17)]
     in_c = snapshot.filter_traces(first).filter_traces(second)
-    in_python = python_twin(snapshot).filter_traces(first).filter_traces(second)
+    in_python = twin(snapshot).filter_traces(first).filter_traces(second)
     assert reprs(in_c.statistics("lineno")) == reprs(in_python.statistics("lineno"))
     assert "_tm_workload.py:17" not in "".join(str(s) for s in in_c.statistics("lineno"))
 
@@ -151,7 +143,7 @@ def test_other_filters_are_evaluated_per_trace(two_snapshots: tuple[Any, Any]) -
     filtered = snapshot.filter_traces([BigBlocks(True)])
     assert all(trace.size >= 700 for trace in filtered.traces)
     assert sorted(filtered.traces._traces) == sorted(
-        python_twin(snapshot).filter_traces([BigBlocks(True)]).traces._traces
+        twin(snapshot).filter_traces([BigBlocks(True)]).traces._traces
     )
 
 

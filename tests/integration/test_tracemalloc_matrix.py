@@ -41,15 +41,6 @@ def _taken(config: dict[str, Any], nframe: int) -> hw_tm.Snapshot:
     return snapshot
 
 
-def _hand_built(taken: hw_tm.Snapshot) -> hw_tm.Snapshot:
-    return hw_tm.Snapshot(
-        list(taken.traces._traces),
-        taken.traceback_limit,
-        mode=taken.mode,
-        sample_interval=taken.sample_interval,
-    )
-
-
 def _dumped(snapshot: hw_tm.Snapshot, path: Path) -> hw_tm.Snapshot:
     snapshot.dump(path)
     return hw_tm.Snapshot.load(path)
@@ -81,7 +72,7 @@ def test_every_cell_agrees_with_the_snapshot_it_came_from(
     tmp_path: Path, config: dict[str, Any], nframe: int, source: str, copy: Any
 ) -> None:
     taken = _taken(config, nframe)
-    snapshot = taken if source == "taken" else _hand_built(taken)
+    snapshot = taken if source == "taken" else workload.hand_built_twin(taken)
     assert snapshot.mode == config["mode"]
     assert snapshot.sample_interval == config.get("sample_interval", 0)
     copied = copy(snapshot, tmp_path / "snap.hwdump")
