@@ -296,6 +296,7 @@ class Agent:
         self._clock = clock
         self._timer = timer
         self._memory = memory
+        self._start_memory: ProcessMemory | None = None
         self._native_heap = NATIVE_HEAP_UNAVAILABLE
         self.router = router if router is not None else Router(token=self.config.token)
         self.retain_last_snapshot = False
@@ -404,7 +405,13 @@ class Agent:
                 )
             self._mode = mode
             self._sample_interval = sample_interval if mode == "sample" else 0
-            if self._memory().native_in_use is not None:
+            # Read here, where the service waits for us: the first cycle,
+            # run at once in the agent's thread while the service starts,
+            # takes it rather than open /proc/self/statm then (a descriptor
+            # the service could see come and go: CPython's test_subprocess
+            # lists a child's descriptors as it starts).
+            self._start_memory = self._memory()
+            if self._start_memory.native_in_use is not None:
                 self._native_heap = NATIVE_HEAP_SOURCE
             self._state = _RUNNING
         self._register_process_hooks()
@@ -467,7 +474,7 @@ class Agent:
         tracer_memory = self._source.tracer_memory()
         # Read beside the snapshot, so that the untraced figure compares
         # figures of one moment.
-        memory = self._memory()
+        memory, self._start_memory = self._start_memory or self._memory(), None
         # Releases code objects no trace refers to any more.
         self._source.drain()
         self._previous = groups
@@ -689,6 +696,7 @@ class Agent:
             return
         self._restart_pending = False
         try:
+            self._start_memory = self._memory()  # (as in start(): nothing else runs yet)
             self._start_components()
             if not _main_thread_ends_process:
                 # The child ends when its last thread does (no exit() at the
