@@ -13,6 +13,10 @@ starts, whatever ``HEAPWATCH_ENABLED`` says: the process asked to be left as
 its environment would not make it, as CPython then ignores
 ``PYTHONTRACEMALLOC`` (the ``.pth`` line checks the flag first, too).
 ``start_agent()`` called by the application itself still starts the agent.
+
+Nor does it start in a subinterpreter, which runs site and this hook again:
+the agent is the process's, the main interpreter's (a second one in each
+subinterpreter would trace nothing more and serve twice).
 """
 
 import os
@@ -22,12 +26,28 @@ import sys
 _FALSE_WORDS = ("", "0", "false", "no", "off", "n", "f")
 
 
+def _in_subinterpreter() -> bool:
+    try:
+        import _interpreters as interpreters  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415 (3.13+; only when on)
+    except ImportError:
+        try:
+            import _xxsubinterpreters as interpreters  # type: ignore[import-not-found,no-redef,unused-ignore]  # noqa: PLC0415 (3.9-3.12)
+        except ImportError:
+            return False
+    current, main = interpreters.get_current(), interpreters.get_main()
+    if isinstance(current, tuple):  # 3.13+: (id, how it was made)
+        current, main = current[0], main[0]
+    return int(current) != int(main)
+
+
 def _autostart() -> None:
     if sys.flags.ignore_environment:
         return
     if os.environ.get("HEAPWATCH_ENABLED", "").strip().lower() in _FALSE_WORDS:
         return
     try:
+        if _in_subinterpreter():
+            return
         from heapwatch._config import AgentConfig  # noqa: PLC0415 (only when on)
 
         config = AgentConfig.from_env()  # a bad HEAPWATCH_ENABLED warns and reads false
@@ -38,9 +58,9 @@ def _autostart() -> None:
     except Exception as exc:
         import logging  # noqa: PLC0415 (only on failure)
 
-        logging.getLogger("heapwatch.agent").warning(
-            "heapwatch auto-start failed; the service runs without it: %r", exc, exc_info=True
-        )
+        log = logging.getLogger("heapwatch.agent")
+        log.warning("heapwatch auto-start failed; the service runs without it: %r", exc)
+        log.debug("the traceback of the above", exc_info=True)
 
 
 _autostart()

@@ -90,3 +90,35 @@ def test_debugmallocstats_while_tracing_shows_what_it_shows_under_the_stdlib_tra
     assert ours[0] == stdlib[0] == (False, True)
     # and once tracing stops, everything shows again, as untraced
     assert ours[1] == stdlib[1] == untraced[0] == (True, True)
+
+
+SUBINTERPRETER = textwrap.dedent(
+    """\
+    import threading
+    import _testcapi
+
+    _testcapi.run_in_subinterp(
+        "import sys, threading; "
+        "print('sub', 'heapwatch._agent' in sys.modules, len(threading.enumerate()))"
+    )
+    print("main", len(threading.enumerate()))
+    """
+)
+
+
+def test_a_subinterpreter_starts_no_agent_of_its_own(tmp_path: Path) -> None:
+    pytest.importorskip("_testcapi")
+    # Given HEAPWATCH_ENABLED=1, when the service runs code in a subinterpreter
+    # (which runs site and the .pth hook again)
+    done = subprocess.run(
+        [installed_python(), "-c", SUBINTERPRETER],
+        env=clean_env(HEAPWATCH_ENABLED="1", HEAPWATCH_EXPORTERS="none"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    # Then the process's one agent is the main interpreter's, and nothing is said
+    assert done.stdout.splitlines() == ["sub False 1", "main 2"], done.stdout + done.stderr
+    assert done.stderr == ""
