@@ -100,6 +100,15 @@ DEFAULT_TESTS: tuple[str, ...] = (
     "test_dict",  # [0]
 )
 
+# Where a file went in later versions (3.14 made test_io and test_os packages).
+MOVED: dict[str, str] = {
+    "test_fileio": "test_io.test_fileio",
+    "test_file": "test_io.test_file",
+    "test_memoryio": "test_io.test_memoryio",
+    "test_bufio": "test_io.test_bufferedio",
+    "test_posix": "test_os.test_posix",
+}
+
 AGENT = {
     "HEAPWATCH_ENABLED": "1",
     "HEAPWATCH_NFRAME": "25",
@@ -389,6 +398,24 @@ def table(results: Iterable[FileResult], ways: Sequence[str], python: str) -> st
     return "\n".join(lines) + "\n"
 
 
+def resolve(python: str, names: Sequence[str]) -> list[str]:
+    """``names`` as ``python``'s test package has them (MOVED)."""
+    probe = (
+        "import importlib.util, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    print(name, importlib.util.find_spec('test.' + name) is not None)\n"
+    )
+    done = subprocess.run(
+        [python, "-c", probe, *names],
+        env=_environment("untraced"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = dict(line.split() for line in done.stdout.splitlines())
+    return [MOVED.get(name, name) if found.get(name) == "False" else name for name in names]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument(
@@ -430,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if check.returncode != 0:
         print(f"{python} cannot run the guest check:\n{check.stderr}", file=sys.stderr)
         return 2
+    tests = resolve(python, tests)
     started = time.monotonic()
     results = check_files(python, tests, ways, options.jobs, options.timeout)
     report = table(results, ways, python)
