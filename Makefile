@@ -95,7 +95,6 @@ ci: ci-tools  ## what CI runs: lint, every Python, the sanitizer build, the gues
 	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test-all VERSIONS="$(filter-out $(shell $(PYTHON) -c 'import sys;print("%d.%d"%sys.version_info[:2])'),$(VERSIONS))"
 	$(MAKE) --no-print-directory sanitize
 	$(MAKE) --no-print-directory guest
-	tools/sid-python run make --no-print-directory guest PYTHON=python$(lastword $(SID_VERSIONS)) VENV=.venvs/$(lastword $(SID_VERSIONS))
 	$(MAKE) --no-print-directory soak-short
 
 clean:  ## remove build products and virtual environments
