@@ -34,6 +34,12 @@ enum { HOOKS_NONE, HOOKS_EXACT, HOOKS_SAMPLING, HOOKS_RAW_BACKED };
 static int hooks_set;
 /* A pending call to drain the graveyard is queued; atomic. */
 static int drain_queued;
+/* The interpreter whose code objects the tables may hold references to:
+ * heapwatch._core loads in the main interpreter only.  Another one (3.12+:
+ * with a GIL of its own) allocates through the same process-wide hooks, and
+ * its frames' code objects must not be referenced nor released from here, so
+ * its blocks are recorded without frames.  Written once at import. */
+static PyInterpreterState *main_interp;
 /* Fork handlers registered; GIL. */
 static int fork_handlers_registered;
 /* The forking thread's reentrant flag across fork(); only that thread
@@ -81,14 +87,26 @@ static int
 capture_caller(hw_capture_t *cap, int gil_domain)
 {
     int max_nframe = hw_load_int(&hw_tracer.max_nframe);
-    if (gil_domain) {
-        return hw_capture(cap, hw_tstate_unchecked(), 0, max_nframe);
+    PyThreadState *tstate = gil_domain ? hw_tstate_unchecked() : hw_tstate_if_gil_held();
+    if (HW_UNLIKELY(tstate != NULL && tstate->interp != main_interp)) {
+        return hw_capture(cap, NULL, 1, max_nframe); /* see main_interp */
     }
-    PyThreadState *tstate = hw_tstate_if_gil_held();
-    if (tstate != NULL) {
+    if (gil_domain || tstate != NULL) {
         return hw_capture(cap, tstate, 0, max_nframe);
     }
-    return hw_capture(cap, PyGILState_GetThisThreadState(), 1, max_nframe);
+    tstate = PyGILState_GetThisThreadState();
+    if (tstate != NULL && tstate->interp != main_interp) {
+        tstate = NULL;
+    }
+    return hw_capture(cap, tstate, 1, max_nframe);
+}
+
+/* Whether the calling thread runs in the main interpreter (or none). */
+static inline int
+in_main_interp(void)
+{
+    PyThreadState *tstate = hw_tstate_unchecked();
+    return tstate == NULL || tstate->interp == main_interp;
 }
 
 static void
@@ -194,6 +212,11 @@ hw_hooks_restamp(void *block)
     if (capture_caller(&cap, 1) < 0) {
         hook_leave(tls, fast);
         return; /* the old stamp stays: better than no trace */
+    }
+    if (cap.foreign) { /* another interpreter's object: nothing better to stamp */
+        hw_capture_release(&cap);
+        hook_leave(tls, fast);
+        return;
     }
     hw_lock();
     if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
@@ -503,7 +526,7 @@ forget_block(void *ptr, int gil_domain)
     }
     size_t dead = hw_graveyard_len_unlocked();
     hw_unlock();
-    if (gil_domain) {
+    if (gil_domain && in_main_interp()) {
         maybe_queue_drain(dead);
     }
     return size;
@@ -777,5 +800,6 @@ hw_hooks_init_once(void)
         return -1;
     }
     fork_handlers_registered = 1;
+    main_interp = PyInterpreterState_Main();
     return hw_thread_init_once();
 }
