@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "compat.h"
+#include "reftracer.h"
 #include "sampling.h"
 #include "sync.h"
 #include "thread.h"
@@ -109,8 +110,10 @@ in_main_interp(void)
     return tstate == NULL || tstate->interp == main_interp;
 }
 
-static void
-record_block(void *ptr, size_t size, int gil_domain)
+/* Records a block in a domain: 0 for the hooks' blocks, another for those
+ * reported through PyTraceMalloc_Track. */
+static inline void
+record_block_in(uint32_t domain, void *ptr, size_t size, int gil_domain)
 {
     uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
     hw_capture_t cap;
@@ -120,17 +123,29 @@ record_block(void *ptr, size_t size, int gil_domain)
     }
     hw_lock();
     if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
-        hw_record_unlocked((uintptr_t)ptr, size, &cap);
+        if (domain == 0) {
+            hw_record_unlocked((uintptr_t)ptr, size, &cap);
+        }
+        else {
+            hw_add_trace_unlocked(domain, (uintptr_t)ptr, size, &cap);
+        }
     }
     size_t dead = hw_graveyard_len_unlocked();
     hw_unlock();
     hw_capture_release(&cap);
-    hw_tls.stamped = ptr;
     if (!cap.foreign) {
         maybe_queue_drain(dead);
     }
 }
 
+static void
+record_block(void *ptr, size_t size, int gil_domain)
+{
+    record_block_in(0, ptr, size, gil_domain);
+#if HW_HAVE_REFTRACER
+    hw_tls.stamped = ptr;
+#endif
+}
 
 /* Whether ptr may have a trace, without the lock.  In sample mode a clear
  * filter bit proves it has none; in exact mode only an empty table with no
@@ -241,23 +256,7 @@ hw_hooks_track(unsigned int domain, uintptr_t ptr, size_t size)
     /* Sampled from the thread's RAW countdown: the caller may not hold the
      * GIL, and a reported block is sampled like any block. */
     if (wants_record(state, tls, size, 0)) {
-        uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
-        hw_capture_t cap;
-        if (capture_caller(&cap, 0) == 0) {
-            hw_lock();
-            if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
-                hw_add_trace_unlocked(domain, ptr, size, &cap);
-            }
-            size_t dead = hw_graveyard_len_unlocked();
-            hw_unlock();
-            hw_capture_release(&cap);
-            if (!cap.foreign) {
-                maybe_queue_drain(dead);
-            }
-        }
-        else {
-            hw_count_dropped();
-        }
+        record_block_in(domain, (void *)ptr, size, 0);
     }
     hook_leave(tls, fast);
 }
@@ -441,7 +440,9 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
         }
         if (add) {
             hw_record_unlocked((uintptr_t)ptr2, size, &cap);
+#if HW_HAVE_REFTRACER
             hw_tls.stamped = ptr2; /* _PyTuple_Resize reports the object again */
+#endif
         }
     }
     size_t dead = hw_graveyard_len_unlocked();
