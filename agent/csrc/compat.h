@@ -10,6 +10,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <sched.h>
 
 #if PY_VERSION_HEX < 0x03090000 || PY_VERSION_HEX >= 0x03100000
 #  error "heapwatch._core supports CPython 3.9 to 3.15"
@@ -33,6 +34,10 @@
  * pycore_frame.h. */
 #    include "internal/pycore_interpframe.h"
 #    include "internal/pycore_stackref.h"
+#  endif
+#  if PY_VERSION_HEX >= 0x030D0000
+/* _PyRuntime.allocators: see hw_domain_allocator(). */
+#    include "internal/pycore_runtime.h"
 #  endif
 #  pragma GCC diagnostic pop
 #  ifdef HW_UNDEF_BUILD_CORE
@@ -60,6 +65,67 @@ Py_NewRef(PyObject *obj)
 #if PY_VERSION_HEX >= 0x030D0000
 /* Exported, declared in an internal header since 3.13. */
 PyAPI_FUNC(const char *) _PyMem_GetCurrentAllocatorName(void);
+#endif
+
+/* The allocator a domain's PyMem_* functions call, where it can be reached
+ * (3.13+: in _PyRuntime; 3.12's header cannot be included here, and before,
+ * it is a static of obmalloc.c), else NULL; with hw_allocators_lock() and
+ * unlock(), PyMem_SetAllocator's own lock around it. */
+#if PY_VERSION_HEX >= 0x030D0000
+static inline PyMemAllocatorEx *
+hw_domain_allocator(PyMemAllocatorDomain domain)
+{
+    switch (domain) {
+    case PYMEM_DOMAIN_RAW:
+        return &_PyRuntime.allocators.standard.raw;
+    case PYMEM_DOMAIN_MEM:
+        return &_PyRuntime.allocators.standard.mem;
+    case PYMEM_DOMAIN_OBJ:
+        return &_PyRuntime.allocators.standard.obj;
+    }
+    return NULL;
+}
+
+/* Spins rather than calling PyMutex_Lock, which would drop the GIL while it
+ * waits (PyMem_SetAllocator keeps it, through a function 3.13 does not
+ * export); only another allocator swap holds this lock, for a moment. */
+static inline void
+hw_allocators_lock(void)
+{
+    uint8_t *bits = &_PyRuntime.allocators.mutex._bits;
+    for (;;) {
+        uint8_t seen = __atomic_load_n(bits, __ATOMIC_RELAXED);
+        if (!(seen & _Py_LOCKED) &&
+            __atomic_compare_exchange_n(bits, &seen, (uint8_t)(seen | _Py_LOCKED), 0,
+                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            return;
+        }
+        sched_yield();
+    }
+}
+
+static inline void
+hw_allocators_unlock(void)
+{
+    PyMutex_Unlock(&_PyRuntime.allocators.mutex);
+}
+#else
+static inline PyMemAllocatorEx *
+hw_domain_allocator(PyMemAllocatorDomain domain)
+{
+    (void)domain;
+    return NULL;
+}
+
+static inline void
+hw_allocators_lock(void)
+{
+}
+
+static inline void
+hw_allocators_unlock(void)
+{
+}
 #endif
 
 #define HW_LIKELY(x) __builtin_expect(!!(x), 1)

@@ -638,6 +638,30 @@ stdlib_tracer_running(void)
     return running;
 }
 
+/* Puts an allocator at the top of a domain's chain, with the ctx already
+ * there (install_set and hw_hooks_install keep it).  PyMem_SetAllocator
+ * copies the struct as it likes, and Debian's 3.15 copies it 4 bytes at a
+ * time (rep movsl): a thread calling PyMem_RawMalloc without the GIL
+ * meanwhile read half our hook's address and half the old allocator's, and
+ * jumped there.  Where the struct can be reached (3.13+), each function
+ * pointer is stored whole instead, so that a racing call finds the old
+ * function or ours, either valid with that ctx. */
+static void
+set_allocator(PyMemAllocatorDomain domain, const PyMemAllocatorEx *allocator)
+{
+    PyMemAllocatorEx *live = hw_domain_allocator(domain);
+    if (live == NULL || live->ctx != allocator->ctx) {
+        PyMem_SetAllocator(domain, (PyMemAllocatorEx *)allocator);
+        return;
+    }
+    hw_allocators_lock();
+    __atomic_store_n(&live->malloc, allocator->malloc, __ATOMIC_RELEASE);
+    __atomic_store_n(&live->calloc, allocator->calloc, __ATOMIC_RELEASE);
+    __atomic_store_n(&live->realloc, allocator->realloc, __ATOMIC_RELEASE);
+    __atomic_store_n(&live->free, allocator->free, __ATOMIC_RELEASE);
+    hw_allocators_unlock();
+}
+
 /* Installs the hooks for MEM and OBJ: in exact mode ours_exact; in sample
  * mode ours, and above plain pymalloc the sampling set: ours but for free,
  * which is pymalloc's own.  Sampling above plain pymalloc, every traced MEM
@@ -657,7 +681,7 @@ install_set(int sampling)
         if (set == HOOKS_RAW_BACKED) {
             hook.free = hw_saved[d].free;
         }
-        PyMem_SetAllocator(py_domains[d], &hook);
+        set_allocator(py_domains[d], &hook);
     }
     __atomic_store_n(&hooks_set, set, __ATOMIC_RELAXED);
 }
@@ -728,7 +752,7 @@ hw_hooks_install(int sampling)
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     PyMemAllocatorEx raw = ours[D_RAW];
     raw.ctx = hw_saved[D_RAW].ctx;
-    PyMem_SetAllocator(py_domains[D_RAW], &raw);
+    set_allocator(py_domains[D_RAW], &raw);
     install_set(sampling);
     return 0;
 }
@@ -745,7 +769,7 @@ hw_hooks_uninstall(void)
         return; /* buried under another hook: stay, passing through */
     }
     for (int d = 0; d < D_COUNT; d++) {
-        PyMem_SetAllocator(py_domains[d], &hw_saved[d]);
+        set_allocator(py_domains[d], &hw_saved[d]);
     }
     __atomic_store_n(&hooks_set, HOOKS_NONE, __ATOMIC_RELAXED);
 }

@@ -87,3 +87,26 @@ def test_start_and_stop_while_other_threads_allocate(core: ModuleType, hwtest: M
         for thread in threads:
             thread.join()
     assert not core.hooks_installed()
+
+
+def test_hooks_swapped_in_and_out_while_threads_allocate_without_the_gil(
+    core: ModuleType, hwtest: ModuleType
+) -> None:
+    # Given threads calling PyMem_RawMalloc, realloc and free without the GIL,
+    threads = [threading.Thread(target=hwtest.churn_nogil, args=(3_000_000, 64)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        # when the hooks go into the RAW chain and out of it again and again,
+        swaps = 0
+        while any(thread.is_alive() for thread in threads) and swaps < 3000:
+            core.start(1, "exact" if swaps % 2 else "sample", 1024)
+            core.stop()
+            swaps += 1
+    finally:
+        for thread in threads:
+            thread.join()
+    # then every call found a whole allocator (a torn function pointer, half
+    # ours and half the old one's, crashed the process: Debian's 3.15).
+    assert not core.hooks_installed()
+    assert swaps > 0
