@@ -469,9 +469,9 @@ core_start(PyObject *module, PyObject *args, PyObject *kwds)
                                             : PyDict_GetItemString(kwds, "mode"));
         return NULL;
     }
-    if (interval < 1 || interval > ((unsigned long long)1 << 40)) {
+    if (interval < 1 || interval > HW_MAX_SAMPLE_INTERVAL) {
         PyErr_Format(PyExc_ValueError, "sample_interval must be in range [1; %llu] bytes, got %llu",
-                     (unsigned long long)1 << 40, interval);
+                     HW_MAX_SAMPLE_INTERVAL, interval);
         return NULL;
     }
     if (hw_start(nframe, mode, (uint64_t)interval) < 0) {
@@ -922,6 +922,8 @@ PyInit__core(void)
     if (PyModule_AddObject(module, "Snapshot", Py_NewRef((PyObject *)&Snapshot_Type)) < 0 ||
         PyModule_AddObject(module, "Groups", Py_NewRef((PyObject *)&Groups_Type)) < 0 ||
         PyModule_AddIntConstant(module, "MAX_NFRAME", HW_MAX_NFRAME) < 0 ||
+        PyModule_AddObject(module, "MAX_SAMPLE_INTERVAL",
+                           PyLong_FromUnsignedLongLong(HW_MAX_SAMPLE_INTERVAL)) < 0 ||
         PyModule_AddIntConstant(module, "DEFAULT_SAMPLE_INTERVAL", HW_DEFAULT_SAMPLE_INTERVAL) < 0 ||
         register_at_exit(module) < 0) {
         Py_DECREF(module);

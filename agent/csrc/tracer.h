@@ -33,6 +33,9 @@ enum { HW_MODE_EXACT = 0, HW_MODE_SAMPLE = 1 };
 #define HW_STATE_SAMPLE 4
 
 #define HW_DEFAULT_SAMPLE_INTERVAL (512u * 1024u)
+/* The largest mean sample interval, in bytes (1 TiB): the countdowns draw
+ * from an exponential distribution whose mean must stay far below 2**63. */
+#define HW_MAX_SAMPLE_INTERVAL ((unsigned long long)1 << 40)
 
 typedef struct {
     uint32_t domain;

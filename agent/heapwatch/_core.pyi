@@ -24,6 +24,7 @@ KeyType = Literal["traceback", "filename", "lineno"]
 Mode = Literal["exact", "sample"]
 
 MAX_NFRAME: int
+MAX_SAMPLE_INTERVAL: int
 DEFAULT_SAMPLE_INTERVAL: int
 
 class Config(TypedDict):
