@@ -435,12 +435,12 @@ try_last_stack(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
 }
 
 int
-hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe)
+hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_nframe)
 {
     cap->frames = cap->local;
     cap->nframe = 0;
     cap->total_nframe = 0;
-    cap->foreign = foreign;
+    cap->no_code_refs = no_code_refs;
     if (max_nframe > HW_CAPTURE_LOCAL) {
         cap->frames = hw_malloc(HW_MEM_TRACER, sizeof(hw_frame_t) * (size_t)max_nframe);
         if (cap->frames == NULL) {

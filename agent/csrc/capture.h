@@ -38,7 +38,7 @@ typedef struct {
     hw_frame_t *frames; /* local or heap */
     int nframe;
     uint16_t total_nframe;
-    int foreign;
+    int no_code_refs;
     hw_frame_t local[HW_CAPTURE_LOCAL];
 } hw_capture_t;
 
@@ -48,7 +48,7 @@ typedef struct {
  * thread's state (thread.h), so hw_tables_lock must not be held.  Returns
  * 0, or -1 when a heap buffer for more than HW_CAPTURE_LOCAL frames cannot
  * be had. */
-int hw_capture(hw_capture_t *cap, PyThreadState *tstate, int foreign, int max_nframe);
+int hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_nframe);
 void hw_capture_release(hw_capture_t *cap);
 
 #endif

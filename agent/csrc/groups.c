@@ -105,13 +105,13 @@ grow_index(hw_groups_t *g)
 }
 
 static int
-accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, uint64_t size, uint64_t count_fp)
+accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, uint64_t size, uint64_t est_blocks)
 {
     uint64_t hash = key_hash(key, n);
     Py_ssize_t found = find(g, hash, key, n);
     if (found >= 0) {
         g->groups[found].size += size;
-        g->groups[found].count_fp += count_fp;
+        g->groups[found].est_blocks += est_blocks;
         return 0;
     }
     if ((g->ngroups + 1) * 2 > g->index_mask + 1 && grow_index(g) < 0) {
@@ -141,7 +141,7 @@ accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, uint64_t size, ui
     hw_group_t *grp = &g->groups[g->ngroups];
     grp->hash = hash;
     grp->size = size;
-    grp->count_fp = count_fp;
+    grp->est_blocks = est_blocks;
     grp->key_off = (uint32_t)g->nkeys;
     grp->key_len = n;
     memcpy(&g->keys[g->nkeys], key, n * sizeof(hw_rframe_t));
@@ -189,25 +189,25 @@ hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
             continue;
         }
         uint64_t size = snap->tb_size[i];
-        uint64_t count_fp = snap->tb_count_fp[i];
+        uint64_t est_blocks = snap->tb_est_blocks[i];
         hw_traceback_t *tb = snap->tbs[i];
         if (hw_snapshot_resolve(snap, i, top_only ? 1 : tb->nframe) < 0) {
             goto error;
         }
         const hw_rframe_t *frames = hw_snapshot_rframes(snap, i);
         g->total_size += size;
-        g->total_count_fp += count_fp;
+        g->total_est_blocks += est_blocks;
         if (!cumulative) {
             hw_rframe_t key = frames[0];
             int err;
             if (key_type == HW_KEY_TRACEBACK) {
-                err = accumulate(g, frames, tb->nframe, size, count_fp);
+                err = accumulate(g, frames, tb->nframe, size, est_blocks);
             }
             else {
                 if (key_type == HW_KEY_FILENAME) {
                     key.lineno = 0;
                 }
-                err = accumulate(g, &key, 1, size, count_fp);
+                err = accumulate(g, &key, 1, size, est_blocks);
             }
             if (err < 0) {
                 goto nomem;
@@ -220,7 +220,7 @@ hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
             if (key_type == HW_KEY_FILENAME) {
                 key.lineno = 0;
             }
-            if (accumulate(g, &key, 1, size, count_fp) < 0) {
+            if (accumulate(g, &key, 1, size, est_blocks) < 0) {
                 goto nomem;
             }
         }
@@ -243,7 +243,7 @@ stat_cmp_desc(const void *pa, const void *pb, void *arg)
     if (a->size != b->size) {
         return a->size < b->size ? 1 : -1;
     }
-    uint64_t ca = hw_count_round(a->count_fp), cb = hw_count_round(b->count_fp);
+    uint64_t ca = hw_count_round(a->est_blocks), cb = hw_count_round(b->est_blocks);
     if (ca != cb) {
         return ca < cb ? 1 : -1;
     }
@@ -293,7 +293,7 @@ hw_groups_statistics(hw_groups_t *g, Py_ssize_t limit)
             return NULL;
         }
         PyObject *item = Py_BuildValue("(NKK)", frames, (unsigned long long)grp->size,
-                                       (unsigned long long)hw_count_round(grp->count_fp));
+                                       (unsigned long long)hw_count_round(grp->est_blocks));
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -341,13 +341,13 @@ diff_of(const hw_groups_t *cur, const hw_group_t *grp, const hw_groups_t *old)
     d.key = group_key(cur, grp);
     d.key_len = grp->key_len;
     d.size = grp->size;
-    d.count = hw_count_round(grp->count_fp);
+    d.count = hw_count_round(grp->est_blocks);
     d.size_diff = (int64_t)d.size;
     d.count_diff = (int64_t)d.count;
     Py_ssize_t k = old != NULL ? find(old, grp->hash, d.key, d.key_len) : -1;
     if (k >= 0) {
         d.size_diff -= (int64_t)old->groups[k].size;
-        d.count_diff -= (int64_t)hw_count_round(old->groups[k].count_fp);
+        d.count_diff -= (int64_t)hw_count_round(old->groups[k].est_blocks);
     }
     return d;
 }
@@ -400,7 +400,7 @@ hw_groups_compare(hw_groups_t *cur, hw_groups_t *old, Py_ssize_t limit)
         d->size = 0;
         d->count = 0;
         d->size_diff = -(int64_t)grp->size;
-        d->count_diff = -(int64_t)hw_count_round(grp->count_fp);
+        d->count_diff = -(int64_t)hw_count_round(grp->est_blocks);
     }
     qsort(diffs, n, sizeof(hw_diff_t), diff_cmp_desc);
     PyObject *list = diffs_to_list(diffs, clamp(limit, n));

@@ -24,7 +24,7 @@ typedef enum { HW_KEY_TRACEBACK = 0, HW_KEY_FILENAME = 1, HW_KEY_LINENO = 2 } hw
 typedef struct {
     uint64_t hash;
     uint64_t size;
-    uint64_t count_fp;
+    uint64_t est_blocks;
     uint32_t key_off;
     uint32_t key_len;
 } hw_group_t;
@@ -41,7 +41,7 @@ typedef struct {
     uint32_t *order; /* statistics order, computed once */
     PyObject *filenames; /* keeps key filenames alive */
     uint64_t total_size;
-    uint64_t total_count_fp;
+    uint64_t total_est_blocks;
 } hw_groups_t;
 
 /* GIL held.  mask: one byte per snapshot traceback, non-zero to include;
@@ -57,9 +57,9 @@ PyObject *hw_groups_compare(hw_groups_t *cur, hw_groups_t *old, Py_ssize_t limit
 PyObject *hw_groups_growth(hw_groups_t *cur, hw_groups_t *old, Py_ssize_t limit);
 
 static inline uint64_t
-hw_count_round(uint64_t count_fp)
+hw_count_round(uint64_t est_blocks)
 {
-    return (count_fp + HW_COUNT_ONE / 2) >> HW_COUNT_SHIFT;
+    return (est_blocks + HW_COUNT_ONE / 2) >> HW_COUNT_SHIFT;
 }
 
 #endif

@@ -26,11 +26,11 @@ static PyMemAllocatorEx hw_saved[D_COUNT];
  * debug hooks, no other tool's); GIL. */
 static int pymalloc_below;
 /* Which of our sets is in the allocator chain, perhaps below another hook
- * (see install_set).  HOOKS_RAW_BACKED, the sampling set, is ours but for
+ * (see install_set).  HOOKS_RAW_BACKED, the sampling set, is sampling_hooks but for
  * free: sampled MEM and OBJ blocks of 1 to 512 bytes are then allocated
  * above pymalloc's threshold, so that pymalloc serves them from the raw
  * allocator and frees them through it, that is through our RAW hook.
- * Written with the GIL, read by the hooks (raw_backs). */
+ * Written with the GIL, read by the hooks (raw_backed). */
 enum { HOOKS_NONE, HOOKS_EXACT, HOOKS_SAMPLING, HOOKS_RAW_BACKED };
 static int hooks_set;
 /* A pending call to drain the graveyard is queued; atomic. */
@@ -133,7 +133,7 @@ record_block_in(uint32_t domain, void *ptr, size_t size, int gil_domain)
     size_t dead = hw_graveyard_len_unlocked();
     hw_unlock();
     hw_capture_release(&cap);
-    if (!cap.foreign) {
+    if (!cap.no_code_refs) {
         maybe_queue_drain(dead);
     }
 }
@@ -187,7 +187,7 @@ wants_record(int state, hw_tls_t *tls, size_t size, int gil_domain)
 /* Whether a sampled MEM or OBJ block of size bytes must be raw-backed:
  * pymalloc would serve it itself, and its free would then pass us by. */
 static inline int
-raw_backs(size_t size)
+raw_backed(size_t size)
 {
     return __atomic_load_n(&hooks_set, __ATOMIC_RELAXED) == HOOKS_RAW_BACKED &&
            size - 1 < HW_NESTING_THRESHOLD;
@@ -228,7 +228,7 @@ hw_hooks_restamp(void *block)
         hook_leave(tls, fast);
         return; /* the old stamp stays: better than no trace */
     }
-    if (cap.foreign) { /* another interpreter's object: nothing better to stamp */
+    if (cap.no_code_refs) { /* another interpreter's object: nothing better to stamp */
         hw_capture_release(&cap);
         hook_leave(tls, fast);
         return;
@@ -287,13 +287,13 @@ hw_hooks_untrack(unsigned int domain, uintptr_t ptr)
  * flattened, so that the traced path is one function with every helper
  * inlined but the rare ones (HW_COLD). */
 static __attribute__((noinline, flatten)) void *
-alloc_flagged(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem, size_t elsize,
+alloc_maybe_record(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem, size_t elsize,
               int record, int gil_domain)
 {
     uint32_t fast = hook_enter(tls);
     void *ptr;
     size_t size = nelem * elsize;
-    if (record && gil_domain && raw_backs(size)) {
+    if (record && gil_domain && raw_backed(size)) {
         ptr = zeroed ? a->calloc(a->ctx, 1, HW_RAW_BACKED_SIZE)
                      : a->malloc(a->ctx, HW_RAW_BACKED_SIZE);
     }
@@ -315,18 +315,18 @@ alloc_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t n
                   size_t elsize)
 {
     /* Loaded before hw_sample_take() reads the generation (see sampling.h). */
-    uint32_t fast = __atomic_load_n(&hw_fast_word, __ATOMIC_ACQUIRE);
+    uint32_t fast = __atomic_load_n(&hw_sample_gate, __ATOMIC_ACQUIRE);
     /* calloc: the wrapped allocator checks nelem * elsize for overflow and
      * then fails; a wrapped product only skews one sampling decision. */
     size_t size = nelem * elsize;
     int record = hw_sample_take(tls, size); /* seeds this thread if needed */
-    if (!(fast & HW_FAST_CLOSED)) {
+    if (!(fast & HW_SAMPLE_GATE_CLOSED)) {
         tls->fast = fast;
     }
     if (!record) {
         return CALL_ALLOC(a, zeroed, nelem, elsize);
     }
-    return alloc_flagged(a, tls, zeroed, nelem, elsize, 1, 0);
+    return alloc_maybe_record(a, tls, zeroed, nelem, elsize, 1, 0);
 }
 
 /* RAW, on the fast path, the countdown (already charged) ran out. */
@@ -334,7 +334,7 @@ static __attribute__((noinline)) void *
 alloc_sample_point(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t nelem,
                    size_t elsize)
 {
-    return alloc_flagged(a, tls, zeroed, nelem, elsize, hw_sample_slow(tls, 0), 0);
+    return alloc_maybe_record(a, tls, zeroed, nelem, elsize, hw_sample_slow(tls, 0), 0);
 }
 
 /* MEM or OBJ, sample mode, recording, off the fast path: a sample point, or
@@ -348,11 +348,11 @@ alloc_gil_sample_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size
     if (!record && size <= HW_NESTING_THRESHOLD) {
         return CALL_ALLOC(a, zeroed, nelem, elsize);
     }
-    return alloc_flagged(a, tls, zeroed, nelem, elsize, record, 1);
+    return alloc_maybe_record(a, tls, zeroed, nelem, elsize, record, 1);
 }
 
-/* sampling: MEM's and OBJ's fast path is compiled in (ours, installed for
- * sample mode); without it (ours_exact) the slow path still samples, only
+/* sampling: MEM's and OBJ's fast path is compiled in (sampling_hooks, installed for
+ * sample mode); without it (exact_hooks) the slow path still samples, only
  * slower.  That fast path passes on the ctx it was called with: our hooks
  * are installed with the wrapped allocator's ctx as their own (install_set)
  * and called with the GIL, never during a swap.  The RAW hook may be called
@@ -393,7 +393,7 @@ hook_alloc(int d, int gil_domain, int sampling, void *ctx, int zeroed, size_t ne
         return gil_domain ? alloc_gil_sample_slow(a, tls, zeroed, nelem, elsize)
                           : alloc_sample_slow(a, tls, zeroed, nelem, elsize);
     }
-    return alloc_flagged(a, tls, zeroed, nelem, elsize, 1, gil_domain);
+    return alloc_maybe_record(a, tls, zeroed, nelem, elsize, 1, gil_domain);
 }
 
 static void *
@@ -417,7 +417,7 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
      * the old trace is gone.  Nothing the wrapped allocator calls comes back
      * to this lock: nested PyMem calls pass through (tls->reentrant). */
     void *ptr2 = a->realloc(a->ctx, ptr, size);
-    if (ptr2 != NULL && captured && gil_domain && raw_backs(size)) {
+    if (ptr2 != NULL && captured && gil_domain && raw_backed(size)) {
         /* Recorded, the block must be raw-backed: moved there.  (Nested
          * calls pass through: the caller set the re-entrancy flag.) */
         void *moved = a->malloc(a->ctx, HW_RAW_BACKED_SIZE);
@@ -449,7 +449,7 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
     hw_unlock();
     if (captured) {
         hw_capture_release(&cap);
-        if (!cap.foreign) {
+        if (!cap.no_code_refs) {
             maybe_queue_drain(dead);
         }
     }
@@ -605,7 +605,7 @@ DEFINE_FREE_HOOK(mem, D_MEM, 1)
 DEFINE_FREE_HOOK(obj, D_OBJ, 1)
 
 /* Our hooks in sample mode: MEM's and OBJ's with their sampling fast path. */
-static const PyMemAllocatorEx ours[D_COUNT] = {
+static const PyMemAllocatorEx sampling_hooks[D_COUNT] = {
     {NULL, raw_malloc, raw_calloc, raw_realloc, raw_free},
     {NULL, mem_malloc, mem_calloc, mem_realloc, mem_free},
     {NULL, obj_malloc, obj_calloc, obj_realloc, obj_free},
@@ -613,7 +613,7 @@ static const PyMemAllocatorEx ours[D_COUNT] = {
 
 /* MEM's and OBJ's in exact mode, without it: every call goes where the
  * fast path would send it in exact mode, a few instructions sooner. */
-static const PyMemAllocatorEx ours_exact[D_COUNT] = {
+static const PyMemAllocatorEx exact_hooks[D_COUNT] = {
     {NULL, raw_malloc, raw_calloc, raw_realloc, raw_free},
     {NULL, mem_exact_malloc, mem_exact_calloc, mem_exact_realloc, mem_free},
     {NULL, obj_exact_malloc, obj_exact_calloc, obj_exact_realloc, obj_free},
@@ -662,10 +662,10 @@ set_allocator(PyMemAllocatorDomain domain, const PyMemAllocatorEx *allocator)
     hw_allocators_unlock();
 }
 
-/* Installs the hooks for MEM and OBJ: in exact mode ours_exact; in sample
- * mode ours, and above plain pymalloc the sampling set: ours but for free,
+/* Installs the hooks for MEM and OBJ: in exact mode exact_hooks; in sample
+ * mode sampling_hooks, and above plain pymalloc the sampling set: those but for free,
  * which is pymalloc's own.  Sampling above plain pymalloc, every traced MEM
- * or OBJ block is raw-backed (raw_backs), so pymalloc frees it through our
+ * or OBJ block is raw-backed (raw_backed), so pymalloc frees it through our
  * RAW hook, and the free of every other block, the most frequent call there
  * is, goes to pymalloc untouched: a hook that did nothing but forward cost
  * the deep_stack workload 4 to 5%.  Called with the GIL while nothing is
@@ -675,7 +675,7 @@ install_set(int sampling)
 {
     int set = !sampling ? HOOKS_EXACT : pymalloc_below ? HOOKS_RAW_BACKED : HOOKS_SAMPLING;
     for (int d = D_MEM; d < D_COUNT; d++) {
-        PyMemAllocatorEx hook = sampling ? ours[d] : ours_exact[d];
+        PyMemAllocatorEx hook = sampling ? sampling_hooks[d] : exact_hooks[d];
         /* Called with it, MEM's and OBJ's fast path passes it on. */
         hook.ctx = hw_saved[d].ctx;
         if (set == HOOKS_RAW_BACKED) {
@@ -687,7 +687,7 @@ install_set(int sampling)
 }
 
 /* Whether the set in the chain is ours, with MEM's and OBJ's sampling fast
- * path, rather than ours_exact. */
+ * path, rather than exact_hooks. */
 static int
 sampling_set_in(void)
 {
@@ -701,7 +701,7 @@ on_top(void)
     for (int d = D_MEM; d < D_COUNT; d++) {
         PyMemAllocatorEx current;
         PyMem_GetAllocator(py_domains[d], &current);
-        if (current.malloc != (sampling_set_in() ? ours : ours_exact)[d].malloc) {
+        if (current.malloc != (sampling_set_in() ? sampling_hooks : exact_hooks)[d].malloc) {
             return 0;
         }
     }
@@ -719,8 +719,8 @@ hw_hooks_install(int sampling)
             install_set(sampling);
             return 0;
         }
-        /* Buried: ours_exact sample just as well (without the fast path),
-         * ours with our free trace exactly just as well; only the sampling
+        /* Buried: exact_hooks sample just as well (without the fast path),
+         * sampling_hooks with our free trace exactly just as well; only the sampling
          * set cannot. */
         if (sampling || hooks_set != HOOKS_RAW_BACKED) {
             return 0;
@@ -750,7 +750,7 @@ hw_hooks_install(int sampling)
     }
     /* Publish hw_saved before any thread can enter a hook. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    PyMemAllocatorEx raw = ours[D_RAW];
+    PyMemAllocatorEx raw = sampling_hooks[D_RAW];
     raw.ctx = hw_saved[D_RAW].ctx;
     set_allocator(py_domains[D_RAW], &raw);
     install_set(sampling);
@@ -765,7 +765,7 @@ hw_hooks_uninstall(void)
     }
     PyMemAllocatorEx raw;
     PyMem_GetAllocator(py_domains[D_RAW], &raw);
-    if (raw.malloc != ours[D_RAW].malloc || !on_top()) {
+    if (raw.malloc != sampling_hooks[D_RAW].malloc || !on_top()) {
         return; /* buried under another hook: stay, passing through */
     }
     for (int d = 0; d < D_COUNT; d++) {

@@ -1,8 +1,11 @@
 /* The allocator hooks: PyMem_SetAllocator wrappers for the RAW, MEM and OBJ
  * domains.
  *
- * Each hook delegates to the allocator it wraps (hw_saved, read through a
- * global rather than the ctx argument, see install) and records the block.
+ * Each hook delegates to the allocator it wraps (hw_saved) and records the
+ * block.  Our hooks go into the chain with the wrapped allocator's ctx as
+ * their own (install_set), so MEM's and OBJ's pass on the ctx they are
+ * called with; RAW's, which may be called without the GIL while the chain
+ * is being swapped, reads the saved one.
  * A thread-local flag makes nested calls pass through: pymalloc serves large
  * requests with PyMem_RawMalloc, so an OBJ allocation would otherwise be
  * traced a second time by the RAW hook.

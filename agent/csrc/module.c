@@ -104,7 +104,7 @@ Groups_get_total(GroupsObject *self, void *closure)
 {
     (void)closure;
     return Py_BuildValue("(KK)", (unsigned long long)self->groups->total_size,
-                         (unsigned long long)hw_count_round(self->groups->total_count_fp));
+                         (unsigned long long)hw_count_round(self->groups->total_est_blocks));
 }
 
 static Py_ssize_t
@@ -317,7 +317,7 @@ Snapshot_tracebacks(SnapshotObject *self, PyObject *args, PyObject *kwds)
         PyObject *item = Py_BuildValue("(INIKK)", snap->tbs[i]->domain, frames,
                                        (unsigned int)snap->tbs[i]->total_nframe,
                                        (unsigned long long)snap->tb_size[i],
-                                       (unsigned long long)hw_count_round(snap->tb_count_fp[i]));
+                                       (unsigned long long)hw_count_round(snap->tb_est_blocks[i]));
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -396,7 +396,7 @@ SNAP_GETTER(mode, PyUnicode_FromString(mode_names[snap->mode]))
 SNAP_GETTER(sample_interval, PyLong_FromUnsignedLongLong(snap->sample_interval))
 SNAP_GETTER(traced, PyLong_FromUnsignedLongLong(snap->traced))
 SNAP_GETTER(peak, PyLong_FromUnsignedLongLong(snap->peak))
-SNAP_GETTER(blocks, PyLong_FromUnsignedLongLong(hw_count_round(snap->count_fp)))
+SNAP_GETTER(blocks, PyLong_FromUnsignedLongLong(hw_count_round(snap->est_blocks)))
 SNAP_GETTER(has_traces, PyBool_FromLong(snap->traces != NULL))
 SNAP_GETTER(ntraces, PyLong_FromSize_t(snap->ntraces))
 SNAP_GETTER(ntracebacks, PyLong_FromUnsignedLong(snap->ntbs))
@@ -531,8 +531,8 @@ core_get_traced_memory(PyObject *module, PyObject *unused)
     if (!hw_load_int(&hw_tracer.tracing)) {
         return Py_BuildValue("(ii)", 0, 0);
     }
-    uint64_t current, peak, count_fp;
-    hw_get_traced(&current, &peak, &count_fp);
+    uint64_t current, peak, est_blocks;
+    hw_get_traced(&current, &peak, &est_blocks);
     return Py_BuildValue("(KK)", (unsigned long long)current, (unsigned long long)peak);
 }
 
@@ -626,15 +626,15 @@ core_get_stats(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    uint64_t current, peak, count_fp;
-    hw_get_traced(&current, &peak, &count_fp);
+    uint64_t current, peak, est_blocks;
+    hw_get_traced(&current, &peak, &est_blocks);
     hw_lock();
     size_t ntbs = hw_tb_count_unlocked();
     size_t graveyard = hw_graveyard_len_unlocked();
     hw_unlock();
     return Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:n,s:n,s:n,s:n}", "traced", (unsigned long long)current, "peak",
-        (unsigned long long)peak, "blocks", (unsigned long long)hw_count_round(count_fp),
+        (unsigned long long)peak, "blocks", (unsigned long long)hw_count_round(est_blocks),
         "dropped", (unsigned long long)__atomic_load_n(&hw_tracer.dropped, __ATOMIC_RELAXED),
         "recorded", (unsigned long long)__atomic_load_n(&hw_tracer.recorded, __ATOMIC_RELAXED),
         "live_traces", (Py_ssize_t)__atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED),
@@ -754,7 +754,7 @@ core_at_exit(PyObject *module, PyObject *unused)
 /* Walks every table and checks the invariants of tracer.h. */
 static const char *
 check_table_unlocked(const hw_traces_t *table, uint32_t domain, uint64_t *counts, uint64_t *sizes,
-                     uint64_t *count_fps, uint32_t bound)
+                     uint64_t *est_blocks_by_tb, uint32_t bound)
 {
     for (size_t i = 0; i <= table->mask; i++) {
         const hw_slot_t *slot = &table->slots[i];
@@ -775,7 +775,7 @@ check_table_unlocked(const hw_traces_t *table, uint32_t domain, uint64_t *counts
         hw_weigh(hw_traces_slot_size_unlocked(table, slot), &est, &cnt);
         counts[slot->tb]++;
         sizes[slot->tb] += est;
-        count_fps[slot->tb] += cnt;
+        est_blocks_by_tb[slot->tb] += cnt;
     }
     return NULL;
 }
@@ -790,8 +790,8 @@ core_check_invariants(PyObject *module, PyObject *unused)
     uint32_t bound = hw_tb_id_bound_unlocked();
     uint64_t *counts = hw_calloc(HW_MEM_SNAPSHOT, bound, sizeof(uint64_t));
     uint64_t *sizes = hw_calloc(HW_MEM_SNAPSHOT, bound, sizeof(uint64_t));
-    uint64_t *count_fps = hw_calloc(HW_MEM_SNAPSHOT, bound, sizeof(uint64_t));
-    if (counts == NULL || sizes == NULL || count_fps == NULL) {
+    uint64_t *est_blocks_by_tb = hw_calloc(HW_MEM_SNAPSHOT, bound, sizeof(uint64_t));
+    if (counts == NULL || sizes == NULL || est_blocks_by_tb == NULL) {
         problem = "out of memory";
         goto done;
     }
@@ -800,11 +800,11 @@ core_check_invariants(PyObject *module, PyObject *unused)
     }
     hw_flush_unlocked();
     uint64_t entries = hw_tracer.traces.count;
-    problem = check_table_unlocked(&hw_tracer.traces, 0, counts, sizes, count_fps, bound);
+    problem = check_table_unlocked(&hw_tracer.traces, 0, counts, sizes, est_blocks_by_tb, bound);
     for (size_t d = 0; problem == NULL && d < hw_tracer.ndomains; d++) {
         entries += hw_tracer.domains[d].traces.count;
         problem = check_table_unlocked(&hw_tracer.domains[d].traces, hw_tracer.domains[d].domain,
-                                       counts, sizes, count_fps, bound);
+                                       counts, sizes, est_blocks_by_tb, bound);
     }
     if (problem != NULL) {
         goto done;
@@ -819,7 +819,7 @@ core_check_invariants(PyObject *module, PyObject *unused)
         if (tb == NULL) {
             continue;
         }
-        if (tb->ntraces != counts[id] || tb->size != sizes[id] || tb->count_fp != count_fps[id]) {
+        if (tb->ntraces != counts[id] || tb->size != sizes[id] || tb->est_blocks != est_blocks_by_tb[id]) {
             problem = "a traceback's sums differ from its traces";
             goto done;
         }
@@ -832,9 +832,9 @@ core_check_invariants(PyObject *module, PyObject *unused)
             goto done;
         }
         total += tb->size;
-        total_fp += tb->count_fp;
+        total_fp += tb->est_blocks;
     }
-    if (total != hw_tracer.traced || total_fp != hw_tracer.count_fp) {
+    if (total != hw_tracer.traced || total_fp != hw_tracer.est_blocks) {
         problem = "the traced totals differ from the sum of the traces";
     }
     else if (hw_tracer.peak < hw_tracer.traced) {
@@ -844,7 +844,7 @@ done:
     hw_unlock();
     hw_free(HW_MEM_SNAPSHOT, counts);
     hw_free(HW_MEM_SNAPSHOT, sizes);
-    hw_free(HW_MEM_SNAPSHOT, count_fps);
+    hw_free(HW_MEM_SNAPSHOT, est_blocks_by_tb);
     if (problem != NULL) {
         PyErr_SetString(PyExc_AssertionError, problem);
         return NULL;

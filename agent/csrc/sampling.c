@@ -18,8 +18,8 @@ static uint32_t *bucket_counts;
 /* Whether any bit may be set; hw_tables_lock. */
 static int filter_dirty;
 
-uint32_t hw_fast_word = HW_FAST_CLOSED;
-/* Source of the even values of hw_fast_word; atomic. */
+uint32_t hw_sample_gate = HW_SAMPLE_GATE_CLOSED;
+/* Source of the even values of hw_sample_gate; atomic. */
 static uint32_t fast_counter;
 
 int64_t hw_gil_countdown;
@@ -126,10 +126,10 @@ draw_countdown(uint64_t *rng)
 }
 
 void
-hw_fast_word_publish(void)
+hw_sample_gate_publish(void)
 {
     const int open = HW_STATE_TRACING | HW_STATE_RECORDING | HW_STATE_SAMPLE;
-    uint32_t word = HW_FAST_CLOSED;
+    uint32_t word = HW_SAMPLE_GATE_CLOSED;
     int64_t gil_countdown = 0;
     if ((hw_load_int(&hw_tracer.hook_state) & open) == open) {
         do { /* never 0: a fresh thread's tls->fast */
@@ -139,7 +139,7 @@ hw_fast_word_publish(void)
         gil_countdown = draw_countdown(&gil_rng);
     }
     hw_gil_countdown_store(gil_countdown);
-    __atomic_store_n(&hw_fast_word, word, __ATOMIC_RELEASE);
+    __atomic_store_n(&hw_sample_gate, word, __ATOMIC_RELEASE);
 }
 
 void
@@ -154,7 +154,7 @@ hw_sampling_reseed_all(void)
     __atomic_store_n(&hw_rng_seed, seed, __ATOMIC_RELAXED);
     uint32_t gen = __atomic_add_fetch(&hw_rng_generation, 1, __ATOMIC_RELEASE);
     gil_rng = seed_stream(0, gen);
-    hw_fast_word_publish();
+    hw_sample_gate_publish();
 }
 
 void

@@ -23,7 +23,7 @@
 #include "compat.h"
 
 typedef struct {
-    uint32_t fast;     /* hw_fast_word when the fast path is open to this thread, else 0 */
+    uint32_t fast;     /* hw_sample_gate when the fast path is open to this thread, else 0 */
     int reentrant;     /* inside one of our hooks: nested calls pass through */
     int64_t countdown; /* bytes to the next sample point */
     uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
@@ -51,17 +51,17 @@ extern uint32_t hw_rng_generation;
  * loads it before seeding, and a change published meanwhile leaves the copy
  * stale, never wrong.  While tls->reentrant is set, tls->fast is 0 (saved and restored
  * around it: a restored stale value is harmless).  Atomic. */
-extern uint32_t hw_fast_word;
-#define HW_FAST_CLOSED 1u
+extern uint32_t hw_sample_gate;
+#define HW_SAMPLE_GATE_CLOSED 1u
 
-/* Recomputes hw_fast_word after hook_state or the generation changed, and
+/* Recomputes hw_sample_gate after hook_state or the generation changed, and
  * opens or closes hw_gil_countdown with it.  GIL. */
-void hw_fast_word_publish(void);
+void hw_sample_gate_publish(void);
 
 /* The countdown of the MEM and OBJ domains, whose hooks run with the GIL:
  * one Poisson process for whichever thread holds it (the process is
  * memoryless, so sharing one changes no probability) and no thread-local
- * access on their fast path.  While sampling is open (hw_fast_word even),
+ * access on their fast path.  While sampling is open (hw_sample_gate even),
  * the bytes to the next sample point, drawn from its own stream; while it
  * is closed, 0, so that every MEM and OBJ call takes the slow path, which
  * reads the state.  A nested MEM or OBJ call (none of our paths makes one)
@@ -91,14 +91,14 @@ int hw_gil_sample_take(size_t size);
 static inline int
 hw_sampling_open(void)
 {
-    return !(__atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED) & HW_FAST_CLOSED);
+    return !(__atomic_load_n(&hw_sample_gate, __ATOMIC_RELAXED) & HW_SAMPLE_GATE_CLOSED);
 }
 
 /* Whether the calling thread's hooks may take the sampling fast path. */
 static inline int
 hw_on_fast_path(const hw_tls_t *tls)
 {
-    return tls->fast == __atomic_load_n(&hw_fast_word, __ATOMIC_RELAXED);
+    return tls->fast == __atomic_load_n(&hw_sample_gate, __ATOMIC_RELAXED);
 }
 
 #define HW_FILTER_BITS 17

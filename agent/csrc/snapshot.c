@@ -118,7 +118,7 @@ hw_snapshot_free(hw_snapshot_t *snap)
     }
     hw_free(HW_MEM_SNAPSHOT, snap->tbs);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_size);
-    hw_free(HW_MEM_SNAPSHOT, snap->tb_count_fp);
+    hw_free(HW_MEM_SNAPSHOT, snap->tb_est_blocks);
     hw_free(HW_MEM_SNAPSHOT, snap->traces);
     hw_free(HW_MEM_SNAPSHOT, snap->rframes);
     hw_free(HW_MEM_SNAPSHOT, snap->rf_off);
@@ -167,7 +167,7 @@ take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t loca
         }
         snap->tbs[k] = tb;
         snap->tb_size[k] = tb->size;
-        snap->tb_count_fp[k] = tb->count_fp;
+        snap->tb_est_blocks[k] = tb->est_blocks;
         local[id] = ++k;
     }
     size_t ntraces = __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED);
@@ -193,7 +193,7 @@ take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t loca
     snap->sample_interval = hw_tracer.mode == HW_MODE_SAMPLE ? hw_tracer.sample_interval : 0;
     snap->traced = hw_tracer.traced;
     snap->peak = hw_tracer.peak;
-    snap->count_fp = hw_tracer.count_fp;
+    snap->est_blocks = hw_tracer.est_blocks;
     return 0;
 }
 
@@ -205,10 +205,10 @@ reserve(hw_snapshot_t *snap, uint32_t **local, size_t *local_len, size_t *tb_roo
     hw_free(HW_MEM_SNAPSHOT, *local);
     hw_free(HW_MEM_SNAPSHOT, snap->tbs);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_size);
-    hw_free(HW_MEM_SNAPSHOT, snap->tb_count_fp);
+    hw_free(HW_MEM_SNAPSHOT, snap->tb_est_blocks);
     hw_free(HW_MEM_SNAPSHOT, snap->traces);
     snap->tbs = NULL;
-    snap->tb_size = snap->tb_count_fp = NULL;
+    snap->tb_size = snap->tb_est_blocks = NULL;
     snap->traces = NULL;
     hw_lock();
     uint32_t bound = hw_tb_id_bound_unlocked();
@@ -222,11 +222,11 @@ reserve(hw_snapshot_t *snap, uint32_t **local, size_t *local_len, size_t *tb_roo
     *local = hw_calloc(HW_MEM_SNAPSHOT, *local_len, sizeof(uint32_t));
     snap->tbs = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(hw_traceback_t *));
     snap->tb_size = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
-    snap->tb_count_fp = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
+    snap->tb_est_blocks = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
     if (with_traces) {
         snap->traces = hw_malloc(HW_MEM_SNAPSHOT, *trace_room * sizeof(hw_snap_trace_t));
     }
-    if (*local == NULL || snap->tbs == NULL || snap->tb_size == NULL || snap->tb_count_fp == NULL ||
+    if (*local == NULL || snap->tbs == NULL || snap->tb_size == NULL || snap->tb_est_blocks == NULL ||
         (with_traces && snap->traces == NULL)) {
         return -1;
     }

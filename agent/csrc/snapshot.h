@@ -31,7 +31,7 @@ typedef struct {
 typedef struct {
     hw_traceback_t **tbs; /* pinned */
     uint64_t *tb_size;    /* estimated bytes per traceback */
-    uint64_t *tb_count_fp;
+    uint64_t *tb_est_blocks;
     uint32_t ntbs;
     hw_snap_trace_t *traces; /* NULL unless taken with traces */
     size_t ntraces;
@@ -40,7 +40,7 @@ typedef struct {
     uint64_t sample_interval;
     uint64_t traced;
     uint64_t peak;
-    uint64_t count_fp;
+    uint64_t est_blocks;
     /* Resolution, GIL. */
     PyObject *filenames; /* dict: canonical filename objects */
     hw_rframe_t *rframes; /* flat: frames of traceback i start at rf_off[i] */

@@ -9,7 +9,7 @@
 
 /* All guarded by hw_tables_lock. */
 static hw_pset_t tb_set;          /* interned tracebacks */
-static hw_pset_t name_set;        /* raw names of foreign frames */
+static hw_pset_t name_set;        /* raw names of frames captured with no_code_refs */
 static hw_traceback_t **tb_ids;   /* id -> traceback; free ids hold (next << 1) | 1 */
 static uint32_t tb_ids_cap;
 static uint32_t tb_ids_bound = 1; /* id 0 is never handed out */
@@ -140,10 +140,10 @@ drop_uncounted_names_unlocked(const hw_frame_t *frames, int n)
     }
 }
 
-/* Rewrites foreign code frames as (raw name, line).  Returns -1 when out of
+/* Rewrites the code frames of a capture made with no_code_refs as (raw name, line).  Returns -1 when out of
  * memory, after dropping the names it created. */
 static HW_COLD int
-foreign_to_raw_unlocked(hw_capture_t *cap)
+unreferenced_to_raw_unlocked(hw_capture_t *cap)
 {
     for (int i = 0; i < cap->nframe; i++) {
         hw_frame_t *frame = &cap->frames[i];
@@ -399,7 +399,7 @@ tb_create_unlocked(const tb_key_t *key, uint64_t hash)
             frame_name(frame)->refcnt++;
         }
         else if (frame->key != 0) {
-            /* Captured with the GIL held (foreign frames are raw by now). */
+            /* Captured with the GIL held (frames captured with no_code_refs are raw by now). */
             Py_INCREF((PyObject *)frame->key);
         }
     }
@@ -443,7 +443,7 @@ intern_slow_unlocked(uint32_t domain, hw_capture_t *cap)
         key.total_nframe = 1;
     }
     else {
-        if (cap->foreign && foreign_to_raw_unlocked(cap) < 0) {
+        if (cap->no_code_refs && unreferenced_to_raw_unlocked(cap) < 0) {
             return NULL;
         }
         key.frames = cap->frames;
@@ -454,7 +454,7 @@ intern_slow_unlocked(uint32_t domain, hw_capture_t *cap)
     if (initialized || hw_tb_init_unlocked() == 0) {
         tb = find_or_create_unlocked(&key, hash_frames(&key));
     }
-    if (tb == NULL && cap->foreign) {
+    if (tb == NULL && cap->no_code_refs) {
         for (int i = 0; i < cap->nframe; i++) {
             if (frame_is_raw(&cap->frames[i])) {
                 name_drop_if_unused_unlocked(frame_name(&cap->frames[i]));
@@ -475,7 +475,7 @@ cache_way(const hw_frame_t *innermost)
 hw_traceback_t *
 hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
 {
-    if (HW_UNLIKELY(cap->nframe == 0 || cap->foreign || !initialized)) {
+    if (HW_UNLIKELY(cap->nframe == 0 || cap->no_code_refs || !initialized)) {
         return intern_slow_unlocked(domain, cap);
     }
     tb_key_t key = {domain, cap->nframe, cap->total_nframe, cap->frames};
@@ -555,7 +555,7 @@ hw_tb_clear_unlocked(void)
             tb->ntraces = 0;
             tb->pending = 0; /* the queue was dropped first */
             tb->size = 0;
-            tb->count_fp = 0;
+            tb->est_blocks = 0;
         }
         else {
             tb->id = 0;

@@ -15,7 +15,7 @@
  * to the graveyard, to be released later with the GIL, because a sweep can run
  * inside a free hook that runs without the GIL or must not run Python code.
  *
- * Frames captured without the GIL ("foreign": RAW allocations from threads
+ * Frames captured without the GIL (no_code_refs: RAW allocations from threads
  * that released it) cannot take references, so they are resolved at once into
  * a line number and a copy of the filename (a raw name).
  *
@@ -42,7 +42,7 @@ typedef struct hw_rawname {
 typedef struct hw_traceback {
     uint64_t hash;
     uint64_t size;     /* estimated bytes of the live traces referring to it */
-    uint64_t count_fp; /* estimated number of those traces, in HW_COUNT_ONE units */
+    uint64_t est_blocks; /* estimated number of those traces, in HW_COUNT_ONE units */
     uint32_t ntraces;  /* live traces referring to it */
     uint32_t pins;     /* snapshots referring to it */
     uint32_t pending;  /* queued inserts naming it (tracer.h) */

@@ -80,15 +80,15 @@ publish_state_unlocked(void)
         }
     }
     __atomic_store_n(&hw_tracer.hook_state, state, __ATOMIC_RELEASE);
-    hw_fast_word_publish();
+    hw_sample_gate_publish();
 }
 
 void
-hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp)
+hw_weigh(size_t size, uint64_t *est_size, uint64_t *est_blocks)
 {
     if (hw_tracer.mode == HW_MODE_EXACT) {
         *est_size = size;
-        *count_fp = HW_COUNT_ONE;
+        *est_blocks = HW_COUNT_ONE;
         return;
     }
     /* p = 1 - exp(-size / interval); -expm1 keeps precision for small sizes. */
@@ -98,7 +98,7 @@ hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp)
     }
     double weight = 1.0 / p;
     *est_size = (uint64_t)llround((double)size * weight);
-    *count_fp = (uint64_t)llround(weight * (double)HW_COUNT_ONE);
+    *est_blocks = (uint64_t)llround(weight * (double)HW_COUNT_ONE);
 }
 
 hw_traces_t *
@@ -137,9 +137,9 @@ account_add_unlocked(hw_traceback_t *tb, size_t size)
     hw_weigh(size, &est, &cnt);
     tb->ntraces++;
     tb->size += est;
-    tb->count_fp += cnt;
+    tb->est_blocks += cnt;
     hw_tracer.traced += est;
-    hw_tracer.count_fp += cnt;
+    hw_tracer.est_blocks += cnt;
 }
 
 static inline void
@@ -154,9 +154,9 @@ account_remove_unlocked(hw_traceback_t *tb, size_t size)
     uint32_t left = tb->ntraces - 1;
     tb->ntraces = left;
     tb->size -= est;
-    tb->count_fp -= cnt;
+    tb->est_blocks -= cnt;
     hw_tracer.traced -= est;
-    hw_tracer.count_fp -= cnt;
+    hw_tracer.est_blocks -= cnt;
     if (hw_tb_newly_unused(tb, left)) {
         hw_tb_unused_unlocked(tb);
     }
@@ -419,7 +419,7 @@ reset_tables_unlocked(void)
     hw_filter_clear_unlocked();
     hw_tracer.traced = 0;
     hw_tracer.peak = 0;
-    hw_tracer.count_fp = 0;
+    hw_tracer.est_blocks = 0;
     __atomic_store_n(&hw_tracer.ntraces, 0, __ATOMIC_RELAXED);
 }
 
@@ -526,13 +526,13 @@ hw_reset_peak(void)
 }
 
 void
-hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *count_fp)
+hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *est_blocks)
 {
     hw_lock();
     hw_flush_unlocked();
     *current = hw_tracer.traced;
     *peak = hw_tracer.peak;
-    *count_fp = hw_tracer.count_fp;
+    *est_blocks = hw_tracer.est_blocks;
     hw_unlock();
 }
 

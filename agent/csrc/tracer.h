@@ -2,9 +2,9 @@
  * operations that keep the three consistent.
  *
  * Invariants (hw_tables_lock held): every trace slot names a live interned
- * traceback; a traceback's ntraces, size and count_fp are the number and the
- * weighed sums of the slots naming it; hw_tracer.traced and count_fp are the
- * sums over all tracebacks.  tests/core/test_invariants.py checks them through
+ * traceback; a traceback's ntraces, size and est_blocks are the number and the
+ * weighed sums of the slots naming it; hw_tracer.traced and est_blocks are the
+ * sums over all tracebacks.  tests/core/test_stress.py checks them through
  * _core._check_invariants() under concurrent churn.
  *
  * Weights: in exact mode a trace weighs (size, 1 block).  In sampling mode a
@@ -75,7 +75,7 @@ typedef struct {
     size_t ndomains;
     uint64_t traced;   /* estimated live bytes (exact in exact mode) */
     uint64_t peak;
-    uint64_t count_fp; /* estimated live blocks, HW_COUNT_ONE units */
+    uint64_t est_blocks; /* estimated live blocks, HW_COUNT_ONE units */
 
     /* Written with hw_tables_lock held, read without it (relaxed atomics:
      * a locked read-modify-write is not needed under the lock). */
@@ -105,7 +105,7 @@ hw_count_dropped(void)
     __atomic_add_fetch(&hw_tracer.dropped, 1, __ATOMIC_RELAXED);
 }
 
-void hw_weigh(size_t size, uint64_t *est_size, uint64_t *count_fp);
+void hw_weigh(size_t size, uint64_t *est_size, uint64_t *est_blocks);
 
 /* The hooks' changes to their table (domain 0), hw_tables_lock held.
  *
@@ -148,7 +148,7 @@ int hw_start(int max_nframe, int mode, uint64_t sample_interval);
 void hw_stop(void);
 void hw_clear_traces(void);
 void hw_reset_peak(void);
-void hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *count_fp);
+void hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *est_blocks);
 size_t hw_tracer_memory(void);
 void hw_at_exit(void);
 

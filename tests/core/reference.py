@@ -38,7 +38,7 @@ def group(
 ) -> dict[Frames, tuple[int, int]]:
     sums: dict[Frames, list[int]] = {}
     for _domain, size, frames, _total in traces:
-        est, count_fp = weigh(size, mode, interval)
+        est, est_blocks = weigh(size, mode, interval)
         if cumulative:
             keys = [((f[0], 0),) if key_type == "filename" else (f,) for f in frames]
         elif key_type == "traceback":
@@ -50,7 +50,7 @@ def group(
         for key in keys:
             entry = sums.setdefault(key, [0, 0])
             entry[0] += est
-            entry[1] += count_fp
+            entry[1] += est_blocks
     return {k: (v[0], (v[1] + COUNT_ONE // 2) >> 20) for k, v in sums.items()}
 
 
