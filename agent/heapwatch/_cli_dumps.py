@@ -21,11 +21,12 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, NamedTuple, cast
 
 from heapwatch._errors import HeapwatchError
-from heapwatch._report import KEY_TYPES
+from heapwatch.formats.report import KEY_TYPES
+from heapwatch.formats.snapshot_file import SnapshotFile, open_snapshot
 
 if TYPE_CHECKING:
     from heapwatch._core import KeyType, Mode, RawTrace
-    from heapwatch._tm_objects import Statistic, Traceback
+    from heapwatch.tracemalloc.objects import Statistic, Traceback
 
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -37,17 +38,6 @@ CONVERT_FORMATS = ("tracemalloc", "pprof", "heapwatch")
 
 class InputError(HeapwatchError):
     """An input file cannot be used; the message names it."""
-
-
-class SnapshotFile(NamedTuple):
-    """An input file: its traces (iterated once) and how they were taken."""
-
-    path: str
-    traces: Iterable[RawTrace]
-    traceback_limit: int
-    mode: str
-    sample_interval: int
-    meta: dict[str, Any]
 
 
 def _checked(traces: Iterable[object], path: str) -> Iterator[RawTrace]:
@@ -77,50 +67,20 @@ def open_snapshot_file(
     path: str, allow_pickle: bool, max_inflate_ratio: float | None = None
 ) -> SnapshotFile:
     """The traces of a heapwatch dump or (with ``allow_pickle``) of a pickled
-    tracemalloc Snapshot.  A dump's traces are read as they are iterated and
-    raise DumpError there if the file is damaged; nothing else is read first.
-    ``max_inflate_ratio`` replaces dumpfile's default bound on decompression.
+    tracemalloc Snapshot (``heapwatch.formats.snapshot_file.open_snapshot``),
+    a pickle's traces and mode checked: unpickled values may be anything.
 
-    Raises InputError, DumpError or OSError naming the file."""
-    from heapwatch import dumpfile  # noqa: PLC0415 (imported on first use)
-
-    kind = dumpfile.sniff(path)
-    if kind == "pickle":
-        if not allow_pickle:
-            raise InputError(
-                f"{path}: a pickle (the stdlib tracemalloc's dump format); unpickling runs "
-                "code from the file: pass --allow-pickle only for a file you trust"
-            )
-        from heapwatch import _tm_dump  # noqa: PLC0415 (imported on first use)
-
-        parts = _tm_dump.read(path, allow_pickle=True)
-        mode = parts.mode if parts.mode in ("exact", "sample") else "exact"
-        interval = parts.sample_interval if mode == "sample" else 0
-        if mode == "sample" and not (type(interval) is int and interval > 0):
-            raise InputError(f"{path}: sample mode with sample_interval {interval!r}")
-        limit = parts.traceback_limit
-        return SnapshotFile(
-            path, _checked(parts.traces, path), limit, mode, interval, {"format": "pickle"}
-        )
-    if max_inflate_ratio is None:
-        header, traces = dumpfile.iter_dump(path)
-    else:
-        header, traces = dumpfile.iter_dump(path, max_inflate_ratio=max_inflate_ratio)
-    meta: dict[str, Any] = {
-        "format": "heapwatch",
-        "pid": header.pid,
-        "timestamp": header.timestamp,
-        "python_version": header.python_version,
-        **header.extra,
-    }
-    return SnapshotFile(
-        path,
-        traces,
-        header.traceback_limit,
-        header.mode,
-        header.sample_interval,
-        meta,
+    Raises InputError, DumpError, PickleRefusedError or OSError naming the file."""
+    file = open_snapshot(
+        path, allow_pickle, allow_with="--allow-pickle", max_inflate_ratio=max_inflate_ratio
     )
+    if file.meta["format"] != "pickle":
+        return file
+    mode = file.mode if file.mode in ("exact", "sample") else "exact"
+    interval = file.sample_interval if mode == "sample" else 0
+    if mode == "sample" and not (type(interval) is int and interval > 0):
+        raise InputError(f"{path}: sample mode with sample_interval {interval!r}")
+    return file._replace(traces=_checked(file.traces, path), mode=mode, sample_interval=interval)
 
 
 class _Grouped(NamedTuple):
@@ -129,7 +89,8 @@ class _Grouped(NamedTuple):
 
 
 def _group(source: SnapshotFile, key_type: str, cumulative: bool) -> _Grouped:
-    from heapwatch._tm_grouping import group_traces, round_count, weigher  # noqa: PLC0415
+    from heapwatch.formats.estimates import round_count, weigher  # noqa: PLC0415
+    from heapwatch.tracemalloc.grouping import group_traces  # noqa: PLC0415
 
     weigh = weigher(cast("Mode", source.mode), source.sample_interval)
     total = [0, 0]
@@ -185,8 +146,9 @@ def _open(options: argparse.Namespace, path: str) -> SnapshotFile:
 
 
 def _top(options: argparse.Namespace) -> int:
-    from heapwatch._report import format_text, raw_statistics, to_json, top_report  # noqa: PLC0415
-    from heapwatch._tm_objects import Statistic  # noqa: PLC0415 (imported on first use)
+    from heapwatch.formats.report import format_text, to_json, top_report  # noqa: PLC0415
+    from heapwatch.tracemalloc.objects import Statistic  # noqa: PLC0415 (imported on first use)
+    from heapwatch.tracemalloc.raw import raw_statistics  # noqa: PLC0415
 
     source = _open(options, options.file)
     grouped = _group(source, options.key_type, options.cumulative)
@@ -206,11 +168,12 @@ def _top(options: argparse.Namespace) -> int:
 
 
 def _diff(options: argparse.Namespace) -> int:
-    from heapwatch._report import diff_report, format_text, raw_diffs, to_json  # noqa: PLC0415
-    from heapwatch._tm_objects import (  # noqa: PLC0415 (imported on first use)
+    from heapwatch.formats.report import diff_report, format_text, to_json  # noqa: PLC0415
+    from heapwatch.tracemalloc.objects import (  # noqa: PLC0415 (imported on first use)
         StatisticDiff,
         _compare_grouped_stats,
     )
+    from heapwatch.tracemalloc.raw import raw_diffs  # noqa: PLC0415
 
     old = _open(options, options.old)
     old_grouped = _group(old, options.key_type, options.cumulative)
@@ -274,7 +237,8 @@ def _umask() -> int:
 
 
 def _convert(options: argparse.Namespace) -> int:
-    from heapwatch import _convert as convert  # noqa: PLC0415 (imports the stdlib tracemalloc)
+    from heapwatch.formats import pprof  # noqa: PLC0415 (imported on first use)
+    from heapwatch.formats import stdlib as convert  # noqa: PLC0415 (imports the stdlib tracemalloc)
 
     source = _open(options, options.file)
     # The input is read (and checked, to its checksum) before OUTPUT is touched.
@@ -290,7 +254,7 @@ def _convert(options: argparse.Namespace) -> int:
         stamp = _timestamp(source.meta)
 
         def write(fp: BinaryIO) -> None:
-            convert.write_pprof(
+            pprof.write_pprof(
                 fp,
                 traces,
                 source.mode,
@@ -300,7 +264,7 @@ def _convert(options: argparse.Namespace) -> int:
             )
 
     else:
-        from heapwatch import dumpfile  # noqa: PLC0415 (imported on first use)
+        from heapwatch.formats import dump as dumpfile  # noqa: PLC0415 (imported on first use)
 
         header = dumpfile.DumpHeader(
             python_version=str(source.meta.get("python_version", "")),

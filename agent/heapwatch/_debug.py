@@ -27,7 +27,14 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qs
 
-from heapwatch._report import KEY_TYPES, Report, diff_report, format_text, to_json, top_report
+from heapwatch.formats.report import (
+    KEY_TYPES,
+    Report,
+    diff_report,
+    format_text,
+    to_json,
+    top_report,
+)
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -289,7 +296,7 @@ class _Routes:
     def snapshot(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(_params: dict[str, str]) -> list[bytes]:
             from heapwatch._dumps import dump_header, iter_traces  # noqa: PLC0415
-            from heapwatch.dumpfile import write_dump  # noqa: PLC0415 (imported on first use)
+            from heapwatch.formats.dump import write_dump  # noqa: PLC0415 (imported on first use)
 
             snap = self._snapshot(traces=True)
             header = dump_header(snap, trigger="http", clock=self.service.clock)
@@ -344,7 +351,7 @@ class _Routes:
         def build(collect: bool) -> list[bytes]:
             if collect:
                 gc.collect()  # as Go's ?gc=1: only what is reachable
-            from heapwatch_exporters.pprof import (  # noqa: PLC0415 (imported on first use)
+            from heapwatch.formats.pprof import (  # noqa: PLC0415 (imported on first use)
                 encode_heap_profile,
                 heap_samples_from_tracebacks,
             )

@@ -23,16 +23,17 @@ import logging
 import os
 import re
 import socket
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from heapwatch import __version__
 from heapwatch._problems import ProblemLog
 from heapwatch._procmem import ProcessMemory, read_process_memory, untraced
 from heapwatch._threads import start_thread
+from heapwatch.formats.dump import process_header, write_dump
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from heapwatch import _core
     from heapwatch._agent import Agent
     from heapwatch._config import AgentConfig
-    from heapwatch.dumpfile import DumpHeader, RawTrace
+    from heapwatch.formats.dump import DumpHeader, RawTrace
 
 __all__ = [
     "DUMP_SUFFIX",
@@ -114,14 +115,9 @@ def dump_header(
 ) -> DumpHeader:
     """The dump header of a snapshot of this process, taken now, with the
     process's memory read now (``_memory_extra``)."""
-    from heapwatch import __version__  # noqa: PLC0415 (a cycle at import time)
-    from heapwatch.dumpfile import DumpHeader  # noqa: PLC0415 (imported on first use)
-
     mode = snap.mode
-    return DumpHeader(
-        python_version=sys.version.split()[0],
-        pid=os.getpid(),
-        timestamp=clock(),
+    return process_header(
+        clock=clock,
         mode=mode,
         sample_interval=snap.sample_interval if mode == "sample" else 0,
         traceback_limit=snap.traceback_limit,
@@ -188,8 +184,6 @@ def write_dump_file(
     appears whole or not at all.  The directory is created (0700) if missing.
     On failure the temporary file is removed and the error raised.
     """
-    from heapwatch.dumpfile import write_dump  # noqa: PLC0415 (imported on first use)
-
     problem = dump_dir_problem(directory)
     if problem:
         raise NotADirectoryError(errno.ENOTDIR, problem, directory)

@@ -22,8 +22,8 @@ from heapwatch._agent import Agent
 from heapwatch._cli import main
 from heapwatch._config import AgentConfig
 from heapwatch._dumps import CoreDumpSource, DumpService, iter_traces
-from heapwatch.dumpfile import read_dump
-from heapwatch_exporters.pprof import decode_profile
+from heapwatch.formats.dump import read_dump
+from heapwatch.formats.pprof import decode_profile
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

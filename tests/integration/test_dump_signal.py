@@ -19,7 +19,7 @@ import pytest
 from agent_process import clean_env, python_path
 from heapwatch import tracemalloc as hw_tm
 from heapwatch._dumps import list_dumps
-from heapwatch.dumpfile import DumpError, read_dump
+from heapwatch.formats.dump import DumpError, read_dump
 
 SERVICE = textwrap.dedent(
     """\

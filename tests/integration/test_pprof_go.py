@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from external_tools import require_tool
-from heapwatch_exporters.pprof import HeapSample, encode_heap_profile
+from heapwatch.formats.pprof import HeapSample, encode_heap_profile
 
 pytestmark = pytest.mark.tools
 

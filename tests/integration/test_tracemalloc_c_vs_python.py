@@ -11,8 +11,8 @@ from typing import Any
 import _tm_workload as workload
 import pytest
 
-from heapwatch import _tm_snapshot
 from heapwatch import tracemalloc as hw_tm
+from heapwatch.tracemalloc import snapshot as _tm_snapshot
 
 twin = workload.hand_built_twin
 

@@ -274,7 +274,7 @@ def test_start_refuses_to_run_under_the_stdlib_tracer(stopped: None) -> None:
 
 
 def test_dump_and_load_a_taken_snapshot(stopped: None, tmp_path: Path) -> None:
-    pytest.importorskip("heapwatch.dumpfile")
+    pytest.importorskip("heapwatch.formats.dump")
     hw_tm.start(4, mode="sample", sample_interval=1024)
     kept = [bytearray(900) for _ in range(300)]
     snapshot = hw_tm.take_snapshot()

@@ -8,7 +8,7 @@ import time
 import zlib
 from collections.abc import Iterable, Sequence
 
-from heapwatch.dumpfile import DumpHeader, RawTrace
+from heapwatch.formats.dump import DumpHeader, RawTrace
 
 MAGIC = b"\x89HEAPWATCH\r\n\x1a\n"
 PREAMBLE_SIZE = len(MAGIC) + 4

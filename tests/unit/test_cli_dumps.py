@@ -19,9 +19,10 @@ import heapwatch
 import heapwatch_exporters
 from heapwatch import tracemalloc as hw_tm
 from heapwatch._cli import main
-from heapwatch._report import format_text, raw_statistics, top_report
-from heapwatch.dumpfile import DumpHeader, read_dump, write_dump
-from heapwatch_exporters.pprof import decode_profile
+from heapwatch.formats.dump import DumpHeader, read_dump, write_dump
+from heapwatch.formats.pprof import decode_profile
+from heapwatch.formats.report import format_text, top_report
+from heapwatch.tracemalloc.raw import raw_statistics
 
 APP = "leak = []\ndef grow():\n    leak.append(bytearray(100_000))  # LEAK\ngrow()\n"
 INTERVAL = 64 * 1024
@@ -422,9 +423,9 @@ def test_a_refused_decompression_is_lifted_by_the_option_the_message_names(
 ) -> None:
     from test_dumpfile import bomb
 
-    from heapwatch import dumpfile
+    from heapwatch.formats.dump import reader
 
-    monkeypatch.setattr(dumpfile, "_INFLATE_ALLOWANCE", 1 << 16)
+    monkeypatch.setattr(reader, "_INFLATE_ALLOWANCE", 1 << 16)
     path = tmp_path / "bomb.hwdump"
     path.write_bytes(bomb(300_000))
     # Refused, with advice the command line can follow

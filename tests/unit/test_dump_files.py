@@ -26,7 +26,7 @@ from heapwatch._dumps import (
     write_dump_file,
 )
 from heapwatch._procmem import ProcessMemory
-from heapwatch.dumpfile import DumpHeader, read_dump
+from heapwatch.formats.dump import DumpHeader, read_dump
 
 HEADER = DumpHeader("3.11.7", 42, 1_700_000_000.5, "exact", 0, 1, {})
 TRACES = [(0, 100, (("app.py", 3),), 1), (0, 50, (("app.py", 4),), 1)]

@@ -38,7 +38,8 @@ from _dumpcraft import (
 )
 
 from heapwatch import HeapwatchError, dumpfile
-from heapwatch.dumpfile import (
+from heapwatch.formats import dump
+from heapwatch.formats.dump import (
     FORMAT_VERSION,
     Dump,
     DumpError,
@@ -49,6 +50,7 @@ from heapwatch.dumpfile import (
     sniff,
     write_dump,
 )
+from heapwatch.formats.dump import reader as dump_reader
 
 COMPRESS = pytest.mark.parametrize("compress", [False, True], ids=["raw", "zlib"])
 
@@ -457,6 +459,11 @@ def test_dump_error_is_a_value_error_and_a_heapwatch_error() -> None:
 
 
 def test_public_interface() -> None:
+    # heapwatch.dumpfile, the name first published, keeps every name
+    assert {name: getattr(dumpfile, name) for name in dumpfile.__all__} == {
+        name: getattr(dump, name) for name in dumpfile.__all__
+    }
+    assert set(dump.__all__) == {*dumpfile.__all__, "process_header"}
     assert set(dumpfile.__all__) == {
         "FORMAT_VERSION",
         "Dump",
@@ -855,7 +862,7 @@ def test_decompression_bomb_is_refused(tmp_path: Path) -> None:
 
 
 def test_inflate_ratio_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dumpfile, "_INFLATE_ALLOWANCE", 1 << 16)
+    monkeypatch.setattr(dump_reader, "_INFLATE_ALLOWANCE", 1 << 16)
     data = bomb(300_000)
     refused(data, "max_inflate_ratio")
     # a caller who trusts the file reads it

@@ -1,4 +1,4 @@
-"""Fuzzing heapwatch.dumpfile with hypothesis: anything the reader is given
+"""Fuzzing heapwatch.formats.dump with hypothesis: anything the reader is given
 either reads as a dump or raises DumpError, fast; nothing else, ever.
 
 Example counts are moderate (HEAPWATCH_FUZZ_EXAMPLES, default 200, raises
@@ -33,7 +33,7 @@ from _dumpcraft import (
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from heapwatch.dumpfile import (
+from heapwatch.formats.dump import (
     Dump,
     DumpError,
     DumpHeader,

@@ -7,22 +7,22 @@ from typing import Any
 
 import pytest
 
-from heapwatch_exporters import pprof
-from heapwatch_exporters._protobuf import (
-    UINT64_MAX,
-    ProtoWriter,
-    encode_varint,
-    iter_fields,
-    to_int64,
-    unpack_varints,
-)
-from heapwatch_exporters.pprof import (
+from heapwatch.formats import pprof
+from heapwatch.formats.pprof import (
     INT64_MAX,
     UNKNOWN,
     HeapSample,
     decode_profile,
     encode_heap_profile,
     heap_samples_from_tracebacks,
+)
+from heapwatch.formats.protobuf import (
+    UINT64_MAX,
+    ProtoWriter,
+    encode_varint,
+    iter_fields,
+    to_int64,
+    unpack_varints,
 )
 
 T0 = 1_700_000_000_123_456_789

@@ -8,15 +8,14 @@ import os
 from pathlib import Path
 
 from heapwatch import tracemalloc as hw_tm
-from heapwatch._report import (
+from heapwatch.formats.report import (
     diff_report,
     format_text,
-    raw_diffs,
-    raw_statistics,
     source_line,
     to_json,
     top_report,
 )
+from heapwatch.tracemalloc.raw import raw_diffs, raw_statistics
 
 KIB = 1024
 

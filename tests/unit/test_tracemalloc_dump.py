@@ -24,7 +24,7 @@ TRACES = [
 @pytest.fixture
 def dumpfile() -> ModuleType:
     # heapwatch.dumpfile is written in parallel; until it lands these tests skip.
-    module: ModuleType = pytest.importorskip("heapwatch.dumpfile")
+    module: ModuleType = pytest.importorskip("heapwatch.formats.dump")
     return module
 
 
@@ -101,6 +101,6 @@ def test_load_reports_a_file_that_is_no_dump(dumpfile: ModuleType, tmp_path: Pat
 
 
 def test_load_of_a_missing_file_raises_file_not_found(tmp_path: Path) -> None:
-    pytest.importorskip("heapwatch.dumpfile")
+    pytest.importorskip("heapwatch.formats.dump")
     with pytest.raises(FileNotFoundError):
         hw_tm.Snapshot.load(tmp_path / "missing")

@@ -173,7 +173,7 @@ def test_the_drop_ins_file_stands_for_all_its_modules() -> None:
 
     from heapwatch import tracemalloc as hw_tm
 
-    sibling = os.path.join(os.path.dirname(hw_tm.__file__), "_tm_snapshot.py")
+    sibling = os.path.join(os.path.dirname(hw_tm.__file__), "snapshot.py")
     trace = (0, 10, ((sibling, 1),), 1)
     assert not hw_tm.Filter(False, hw_tm.__file__)._match(trace)
     assert hw_tm.Filter(True, hw_tm.__file__)._match(trace)

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heapwatch import _tm_objects
 from heapwatch import tracemalloc as hw_tm
+from heapwatch.tracemalloc import objects as _tm_objects
 
 RAW_FRAMES = (("b.py", 2), ("a.py", 1), ("a.py", 7))  # most recent first
 
@@ -289,6 +289,6 @@ def test_value_objects_pickle_under_the_public_module() -> None:
     for obj in objects:
         data = pickle.dumps(obj)
         assert b"heapwatch.tracemalloc" in data
-        assert b"_tm_objects" not in data
+        assert b"tracemalloc.objects" not in data
         assert pickle.loads(data) == obj
     assert pickle.loads(pickle.dumps(traceback)).total_nframe == 5

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from heapwatch import tracemalloc as hw_tm
-from heapwatch._tm_grouping import COUNT_ONE, llround, round_count, sample_weight
+from heapwatch.formats.estimates import COUNT_ONE, llround, round_count, sample_weight
 
 
 def reference_llround(x: float) -> int:

@@ -16,9 +16,6 @@ from heapwatch import _core
 if TYPE_CHECKING:
     from heapwatch._core import KeyType, Mode
 
-# module.c refuses larger intervals; mirrored here to check before calling it.
-MAX_SAMPLE_INTERVAL = 1 << 40
-
 
 def check_nframe(nframe: SupportsIndex) -> int:
     """nframe as an int in [1; MAX_NFRAME]; TypeError if it is not an integer."""
@@ -38,11 +35,12 @@ def check_mode(mode: object) -> Mode:
 
 
 def check_sample_interval(sample_interval: SupportsIndex, lowest: int = 1) -> int:
-    """sample_interval as an int in [lowest; MAX_SAMPLE_INTERVAL] bytes."""
+    """sample_interval as an int in [lowest; _core.MAX_SAMPLE_INTERVAL] bytes (the
+    core's own bound, checked here to raise the stdlib's kind of message)."""
     value = operator.index(sample_interval)
-    if not lowest <= value <= MAX_SAMPLE_INTERVAL:
+    if not lowest <= value <= _core.MAX_SAMPLE_INTERVAL:
         raise ValueError(
-            f"sample_interval must be in range [{lowest}; {MAX_SAMPLE_INTERVAL}] bytes, "
+            f"sample_interval must be in range [{lowest}; {_core.MAX_SAMPLE_INTERVAL}] bytes, "
             f"got {value!r}"
         )
     return value

@@ -9,7 +9,7 @@ A Snapshot has one of two backings:
   read.  Snapshots filtered from one another share the core snapshot.
 * hand-built (``Snapshot(traces, traceback_limit)``, load()): a sequence of
   raw trace tuples, grouped in Python with the stdlib's semantics and the
-  core's weights (see _tm_grouping), so that both backings agree exactly.
+  core's weights (see heapwatch.formats.estimates), so that both backings agree exactly.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from heapwatch import _tm_dump
-from heapwatch._tm_checks import check_key_type, check_mode, check_sample_interval
-from heapwatch._tm_filters import BaseFilter, DomainFilter, Filter, _keeps
-from heapwatch._tm_grouping import group_traces, weigher
-from heapwatch._tm_objects import (
+from heapwatch.formats.estimates import weigher
+from heapwatch.tracemalloc import dump as _tm_dump
+from heapwatch.tracemalloc.checks import check_key_type, check_mode, check_sample_interval
+from heapwatch.tracemalloc.filters import BaseFilter, DomainFilter, Filter, _keeps
+from heapwatch.tracemalloc.grouping import group_traces
+from heapwatch.tracemalloc.objects import (
     Statistic,
     StatisticDiff,
     Traceback,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
     from heapwatch import _core
     from heapwatch._core import Frames, KeyType, Mode, RawTrace, RawTracebackInfo
-    from heapwatch._tm_dump import PathArg
+    from heapwatch.formats.snapshot_file import PathArg
 
 _S = TypeVar("_S", bound="Snapshot")
 
@@ -50,9 +51,10 @@ _OWN_ATTRIBUTES = frozenset(
 )
 
 
-class _CoreSource:
-    """A core snapshot and its traceback table, shared by the Snapshots
-    filtered from one take_snapshot()."""
+class _CoreBacking:
+    """What backs a core-backed Snapshot: a core snapshot and its traceback
+    table, shared by the Snapshots filtered from one take_snapshot() (not a
+    source of snapshots, as the agent's CoreSource is)."""
 
     __slots__ = ("_tracebacks", "snap")
 
@@ -88,14 +90,14 @@ class Snapshot:
         self._sample_interval = check_sample_interval(
             sample_interval, lowest=1 if self._mode == "sample" else 0
         )
-        self._source: _CoreSource | None = None
+        self._source: _CoreBacking | None = None
         self._mask: bytes | None = None
         self._traces: _Traces | None = _Traces(traces)
         self.traceback_limit = traceback_limit
 
     @classmethod
     def _from_core(
-        cls: type[_S], source: _CoreSource, mask: bytes | None, traceback_limit: int
+        cls: type[_S], source: _CoreBacking, mask: bytes | None, traceback_limit: int
     ) -> _S:
         """A core-backed snapshot of the tracebacks the mask keeps (all if None)."""
         self = cls.__new__(cls)
@@ -206,7 +208,7 @@ class Snapshot:
         return self._weigh_like(list(traces))
 
     def _filter_tracebacks(
-        self, source: _CoreSource, include: list[BaseFilter], exclude: list[BaseFilter]
+        self, source: _CoreBacking, include: list[BaseFilter], exclude: list[BaseFilter]
     ) -> Snapshot:
         mask = bytearray(b"\x01" * source.snap.ntracebacks if self._mask is None else self._mask)
         if include or exclude:
@@ -285,4 +287,4 @@ def _restore(
 
 def snapshot_of_core(snap: _core.Snapshot) -> Snapshot:
     """A core-backed Snapshot of every trace of a core snapshot."""
-    return Snapshot._from_core(_CoreSource(snap), None, snap.traceback_limit)
+    return Snapshot._from_core(_CoreBacking(snap), None, snap.traceback_limit)

@@ -1,9 +1,9 @@
-"""Pure-Python grouping of raw traces: the path of hand-built and loaded snapshots.
+"""What a sampled trace stands for: its estimated bytes and blocks.
 
-It follows the stdlib's ``Snapshot._group_by`` (keys, cumulative counting of
-every frame, repeats included) and weighs each trace exactly as the C core's
-``hw_weigh`` (agent/csrc/tracer.c) does, so that for the same traces this
-path and ``_core.Snapshot.group()`` give identical statistics:
+A trace of a sample-mode snapshot holds the size of the block that was
+sampled; it is weighed exactly as the C core's ``hw_weigh``
+(agent/csrc/tracer.c) weighs it, so that dumps, conversions and the drop-in's
+pure-Python statistics agree with ``_core.Snapshot.group()`` to the byte:
 
 * exact mode: a trace weighs its size and one block;
 * sample mode: a block of ``size`` bytes was sampled with probability
@@ -21,12 +21,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable
 
-from heapwatch._tm_objects import Statistic, Traceback
-
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from heapwatch._core import Mode
 
-    from heapwatch._core import Frames, KeyType, Mode, RawTrace
+__all__ = [
+    "COUNT_ONE",
+    "COUNT_SHIFT",
+    "Weigh",
+    "llround",
+    "round_count",
+    "sample_weight",
+    "weigher",
+]
 
 COUNT_SHIFT = 20
 COUNT_ONE = 1 << COUNT_SHIFT
@@ -74,40 +80,3 @@ def weigher(mode: Mode, interval: int) -> Weigh:
 def round_count(count_fp: int) -> int:
     """A fixed-point block count rounded to whole blocks, as hw_count_round."""
     return (count_fp + COUNT_ONE // 2) >> COUNT_SHIFT
-
-
-def group_traces(
-    traces: Iterable[RawTrace], key_type: KeyType, cumulative: bool, weigh: Weigh
-) -> dict[Traceback, Statistic]:
-    """The traces' statistics grouped by key_type, keyed by their Traceback.
-
-    Sums are kept per raw key, so a Traceback is built once per group, not
-    once per trace.  key_type and cumulative must have passed check_key_type().
-    """
-    sums: dict[Frames, list[int]] = {}
-
-    def add(key: Frames, est_size: int, count_fp: int) -> None:
-        acc = sums.get(key)
-        if acc is None:
-            sums[key] = [est_size, count_fp]
-        else:
-            acc[0] += est_size
-            acc[1] += count_fp
-
-    by_filename = key_type == "filename"
-    for _domain, size, frames, _total_nframe in traces:
-        est_size, count_fp = weigh(size)
-        if cumulative:
-            # As the stdlib: every frame counts, a repeated frame each time.
-            for filename, lineno in frames:
-                add(((filename, 0 if by_filename else lineno),), est_size, count_fp)
-        elif key_type == "traceback":
-            add(frames, est_size, count_fp)
-        else:
-            filename, lineno = frames[0]
-            add(((filename, 0 if by_filename else lineno),), est_size, count_fp)
-    grouped = {}
-    for key, (size_sum, count_fp_sum) in sums.items():
-        traceback = Traceback(key)
-        grouped[traceback] = Statistic(traceback, size_sum, round_count(count_fp_sum))
-    return grouped

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Union
 
+from heapwatch.formats.varint import UINT64_MAX, encode_varint
+
 __all__ = [
     "UINT64_MAX",
     "WIRE_FIXED32",
@@ -33,37 +35,7 @@ WIRE_FIXED64 = 1
 WIRE_LEN = 2
 WIRE_FIXED32 = 5
 
-UINT64_MAX = (1 << 64) - 1
-_INT64_MIN = -(1 << 63)
-
-# Most varints written for a profile (ids, string indices, small line numbers)
-# are below 128; one preallocated bytes object each skips the loop below.
-_ONE_BYTE = tuple(bytes((i,)) for i in range(0x80))
-
 FieldValue = Union[int, bytes]
-
-
-def encode_varint(value: int) -> bytes:
-    """The base-128 varint encoding of ``value``.
-
-    ``value`` must fit an int64 or a uint64. A negative value is written as its
-    64-bit two's complement (ten bytes), which is how protobuf encodes negative
-    ``int64`` fields; readers turn it back with :func:`to_int64`.
-    """
-    if 0 <= value < 0x80:
-        return _ONE_BYTE[value]
-    if value < 0:
-        if value < _INT64_MIN:
-            raise ValueError(f"{value} does not fit in an int64")
-        value &= UINT64_MAX
-    elif value > UINT64_MAX:
-        raise ValueError(f"{value} does not fit in a uint64")
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _tag(field: int, wire_type: int) -> bytes:

@@ -23,11 +23,11 @@ import linecache  # noqa: F401  (an attribute of the module, as in the stdlib)
 from typing import TYPE_CHECKING, SupportsIndex
 
 from heapwatch import _core
-from heapwatch._tm_checks import check_mode, check_nframe, check_sample_interval
-from heapwatch._tm_dump import PickleRefusedError
-from heapwatch._tm_filters import BaseFilter, DomainFilter, Filter
-from heapwatch._tm_objects import Frame, Statistic, StatisticDiff, Trace, Traceback
-from heapwatch._tm_snapshot import Snapshot, snapshot_of_core
+from heapwatch.formats.snapshot_file import PickleRefusedError
+from heapwatch.tracemalloc.checks import check_mode, check_nframe, check_sample_interval
+from heapwatch.tracemalloc.filters import BaseFilter, DomainFilter, Filter
+from heapwatch.tracemalloc.objects import Frame, Statistic, StatisticDiff, Trace, Traceback
+from heapwatch.tracemalloc.snapshot import Snapshot, _restore, snapshot_of_core
 
 if TYPE_CHECKING:
     from heapwatch._core import Frames, Mode, RawTrace
@@ -57,8 +57,9 @@ __all__ = [
     "take_snapshot",
 ]
 
-# The classes live in private modules; pickles and reprs of the classes name
-# the module users import.
+# The classes live in the package's modules; pickles and reprs name the
+# module users import (a pickled Snapshot is rebuilt by _restore, named here
+# too, so that pickles do not depend on where the code lives inside).
 for _cls in (
     BaseFilter,
     DomainFilter,
@@ -70,6 +71,7 @@ for _cls in (
     StatisticDiff,
     Trace,
     Traceback,
+    _restore,
 ):
     _cls.__module__ = __name__
 del _cls

@@ -27,15 +27,16 @@ def _normalize_filename(filename: str) -> str:
 
 _HERE = os.path.normcase(os.path.dirname(os.path.abspath(__file__)))
 # The stdlib hides its tracer's own allocations with
-# Filter(False, tracemalloc.__file__): one file there, several here.  That
-# pattern covers every module of the drop-in.
-_DROP_IN_FILE = os.path.join(_HERE, "tracemalloc.py")
+# Filter(False, tracemalloc.__file__): one file there, a package here
+# (tracemalloc/__init__.py and its siblings).  That pattern covers every
+# module of the drop-in.
+_DROP_IN_FILE = os.path.join(_HERE, "__init__.py")
 
 
 def _is_drop_in_module(filename: str) -> bool:
     """Whether a normalised filename is a module of heapwatch.tracemalloc."""
     directory, name = os.path.split(filename)
-    return directory == _HERE and (name == "tracemalloc.py" or name.startswith("_tm_"))
+    return directory == _HERE and name.endswith(".py")
 
 
 class BaseFilter:

@@ -6,7 +6,8 @@ tracemalloc documentation (``#1: file:line: 12.3 KiB``, the source line, then
 ``N other: X KiB`` and ``Total allocated size: X KiB``), with a ``#`` note
 line first when the figures are estimates (sample mode).  A ``Report`` is
 built from the core's raw tuples, most recent frame first (``_core.pyi``);
-statistics objects of ``heapwatch.tracemalloc`` convert to them.
+statistics objects of ``heapwatch.tracemalloc`` convert to them
+(``heapwatch.tracemalloc.raw``).
 
 Totals are the traces' real totals: in cumulative mode a block counts under
 every frame of its traceback, so row sizes (and ``other``) overlap and may
@@ -24,7 +25,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from heapwatch._core import Frames, RawDiff, RawStatistic
-    from heapwatch._tm_objects import Statistic, StatisticDiff, Traceback
 
 __all__ = [
     "KEY_TYPES",
@@ -32,9 +32,6 @@ __all__ = [
     "Row",
     "diff_report",
     "format_text",
-    "frames_of",
-    "raw_diffs",
-    "raw_statistics",
     "sample_note",
     "source_line",
     "to_json",
@@ -159,19 +156,6 @@ def diff_report(
         tuple(notes),
         dict(meta or {}),
     )
-
-
-def frames_of(traceback: Traceback) -> Frames:
-    """A ``heapwatch.tracemalloc.Traceback``'s frames in raw order (most recent first)."""
-    return tuple((frame.filename, frame.lineno) for frame in reversed(traceback))
-
-
-def raw_statistics(stats: Iterable[Statistic]) -> list[RawStatistic]:
-    return [(frames_of(s.traceback), s.size, s.count) for s in stats]
-
-
-def raw_diffs(diffs: Iterable[StatisticDiff]) -> list[RawDiff]:
-    return [(frames_of(d.traceback), d.size, d.size_diff, d.count, d.count_diff) for d in diffs]
 
 
 class _Sources:

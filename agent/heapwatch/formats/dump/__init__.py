@@ -1,0 +1,23 @@
+"""heapwatch's dump file format: snapshots of live memory traces, safely.
+
+A dump is a versioned, streamed binary file (docs/design/dump-format.md has
+the byte layout).  ``format`` defines it, ``writer`` writes it, ``reader``
+reads it without ever unpickling or trusting a length from the file.
+"""
+
+from heapwatch.formats.dump.format import FORMAT_VERSION, Dump, DumpError, DumpHeader, RawTrace
+from heapwatch.formats.dump.reader import iter_dump, read_dump, sniff
+from heapwatch.formats.dump.writer import process_header, write_dump
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Dump",
+    "DumpError",
+    "DumpHeader",
+    "RawTrace",
+    "iter_dump",
+    "process_header",
+    "read_dump",
+    "sniff",
+    "write_dump",
+]

@@ -1,0 +1,292 @@
+"""Writes heapwatch's dump format (``format.py`` defines it).
+
+Strings and tracebacks are defined once, the first time a trace uses them,
+so the writer's memory grows with the distinct tracebacks, not the traces.
+``process_header`` is the one place a header for "this process, now" is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import BinaryIO, Union
+
+from heapwatch.formats.dump.format import (
+    COMPRESSION_NONE,
+    COMPRESSION_ZLIB,
+    F64,
+    FORMAT_MINOR,
+    FORMAT_VERSION,
+    MAGIC,
+    MAX_DOMAIN,
+    MAX_FRAMES,
+    MAX_HEADER_BYTES,
+    MAX_LINENO,
+    MAX_TOTAL_NFRAME,
+    MAX_U64,
+    MODES,
+    PREAMBLE,
+    REC_END,
+    REC_HEADER,
+    REC_STRING,
+    REC_TRACE,
+    REC_TRACE_DOMAIN,
+    REC_TRACEBACK,
+    U32,
+    DumpError,
+    DumpHeader,
+    Frames,
+    PathArg,
+    RawTrace,
+    encode_str,
+    header_problem,
+    is_int,
+)
+from heapwatch.formats.varint import encode_varint
+
+__all__ = ["process_header", "write_dump"]
+
+_WRITE_CHUNK = 1 << 18
+_IDENTITY_CACHE_SIZE = 1 << 16
+
+# --------------------------------------------------------------------------
+# writing
+
+
+class _Sink:
+    """Buffers records, checksums them, compresses them, writes them out."""
+
+    def __init__(self, fp: BinaryIO, compress: bool, level: int) -> None:
+        self._fp = fp
+        self._compressor = zlib.compressobj(level) if compress else None
+        preamble = PREAMBLE.pack(
+            MAGIC,
+            FORMAT_VERSION,
+            FORMAT_MINOR,
+            COMPRESSION_ZLIB if compress else COMPRESSION_NONE,
+            0,
+        )
+        fp.write(preamble)
+        self.crc = zlib.crc32(preamble)
+        self.buf = bytearray()
+
+    def flush(self) -> None:
+        data = bytes(self.buf)
+        self.buf.clear()
+        self.crc = zlib.crc32(data, self.crc)
+        if self._compressor is not None:
+            data = self._compressor.compress(data)
+        if data:
+            self._fp.write(data)
+
+    def finish(self) -> None:
+        """Writes the CRC of everything so far, then ends the stream."""
+        self.flush()
+        self.buf += U32.pack(self.crc)
+        data = bytes(self.buf)
+        self.buf.clear()
+        if self._compressor is not None:
+            data = self._compressor.compress(data) + self._compressor.flush()
+        self._fp.write(data)
+
+
+def _header_record(header: DumpHeader) -> bytes:
+    problem = header_problem(header)
+    if problem is not None:
+        raise DumpError(f"cannot write the dump header: {problem}")
+    payload = bytearray()
+
+    def put_str(text: str, what: str) -> None:
+        data = encode_str(text, what)
+        payload.extend(encode_varint(len(data)))
+        payload.extend(data)
+
+    put_str(header.python_version, "the header's python_version")
+    payload += encode_varint(header.pid)
+    payload += F64.pack(float(header.timestamp))
+    payload += encode_varint(MODES.index(header.mode))
+    payload += encode_varint(header.sample_interval)
+    payload += encode_varint(header.traceback_limit)
+    payload += encode_varint(len(header.extra))
+    for key, value in header.extra.items():
+        put_str(key, f"the header's extra key {key!r}")
+        put_str(value, f"the header's extra value for {key!r}")
+    if len(payload) > MAX_HEADER_BYTES:
+        raise DumpError(
+            f"cannot write the dump header: {len(payload)} bytes, the format's limit is "
+            f"{MAX_HEADER_BYTES}"
+        )
+    return bytes([REC_HEADER]) + encode_varint(len(payload)) + bytes(payload)
+
+
+def write_dump(
+    target: Union[PathArg, BinaryIO],
+    header: DumpHeader,
+    traces: Iterable[RawTrace],
+    *,
+    compress: bool = True,
+    compresslevel: int = 1,
+) -> None:
+    """Writes header and traces as a dump to target (a path, or a binary file
+    open for writing, which is left open).
+
+    Streams: traces may be any iterable (a generator of millions); memory is
+    proportional to the distinct tracebacks and filenames, not to the traces.
+    With compress (the default) the records are zlib-compressed at
+    compresslevel (1, the fastest, suits a live service).
+
+    Raises DumpError, before or while writing, when the header or a trace is
+    outside the format's range (the message names the trace's index); a file
+    written to a path is then removed rather than left half-written.
+    """
+    if not (is_int(compresslevel) and -1 <= compresslevel <= 9):
+        raise ValueError(f"compresslevel must be an int in -1..9, not {compresslevel!r}")
+    if isinstance(target, (str, os.PathLike)):
+        path = os.fspath(target)
+        with open(path, "wb") as fp:
+            try:
+                _write(fp, header, traces, compress, compresslevel)
+            except BaseException:
+                fp.close()
+                # a half-written dump is only ever an error for its readers
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                raise
+    else:
+        _write(target, header, traces, compress, compresslevel)
+
+
+def _write(
+    fp: BinaryIO, header: DumpHeader, traces: Iterable[RawTrace], compress: bool, level: int
+) -> None:
+    header_record = _header_record(header)
+    sink = _Sink(fp, compress, level)
+    out = sink.buf
+    out += header_record
+    strings: dict[str, int] = {}
+    # (frames, total_nframe) -> the traceback id's varint
+    tracebacks: dict[tuple[Frames, int], bytes] = {}
+    # id(frames) -> (frames, total_nframe, trace record prefix, id varint).
+    # The tracer hands out one frames tuple per traceback, so identity finds
+    # it without hashing every frame of every trace; holding frames keeps its
+    # id from being reused, and clearing when full bounds the cache should a
+    # producer build a new tuple per trace.
+    by_identity: dict[int, tuple[Frames, int, bytes, bytes]] = {}
+    ntraces = 0
+    for trace in traces:
+        try:
+            domain, size, frames, total_nframe = trace
+            hit = by_identity.get(id(frames))
+            if hit is None or hit[0] is not frames or hit[1] != total_nframe:
+                tb_id = tracebacks.get((frames, total_nframe))
+                if tb_id is None:
+                    tb_id = _define_traceback(out, strings, tracebacks, frames, total_nframe)
+                if len(by_identity) >= _IDENTITY_CACHE_SIZE:
+                    by_identity.clear()
+                hit = by_identity[id(frames)] = (
+                    frames,
+                    total_nframe,
+                    bytes([REC_TRACE]) + tb_id,
+                    tb_id,
+                )
+            if domain == 0:
+                out += hit[2]
+            else:
+                if not (is_int(domain) and 0 < domain <= MAX_DOMAIN):
+                    raise DumpError(f"domain {domain!r} is not an int in 0..{MAX_DOMAIN}")
+                out.append(REC_TRACE_DOMAIN)
+                out += hit[3]
+                out += encode_varint(domain)
+            # The common one- and two-byte sizes inline: this runs per trace.
+            if 0 <= size < 0x80:
+                out.append(size)
+            elif 0x80 <= size < 0x4000:
+                out.append((size & 0x7F) | 0x80)
+                out.append(size >> 7)
+            elif is_int(size) and 0 <= size <= MAX_U64:
+                out += encode_varint(size)
+            else:
+                raise DumpError(f"size {size!r} is not an int in 0..2**64-1")
+        except DumpError as exc:
+            raise DumpError(f"cannot write trace #{ntraces} {_short(trace)}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise DumpError(
+                f"cannot write trace #{ntraces} {_short(trace)}: not a "
+                f"(domain, size, frames, total_nframe) trace ({exc})"
+            ) from exc
+        ntraces += 1
+        if len(out) >= _WRITE_CHUNK:
+            sink.flush()
+    out.append(REC_END)
+    out += encode_varint(len(strings))
+    out += encode_varint(len(tracebacks))
+    out += encode_varint(ntraces)
+    sink.finish()
+
+
+def _short(trace: object) -> str:
+    text = repr(trace)
+    return text if len(text) <= 200 else text[:200] + "...)"
+
+
+def _define_traceback(
+    out: bytearray,
+    strings: dict[str, int],
+    tracebacks: dict[tuple[Frames, int], bytes],
+    frames: Frames,
+    total_nframe: int,
+) -> bytes:
+    """Appends the records defining a new traceback (and its new filenames)
+    to out; returns its id's varint."""
+    if not (is_int(total_nframe) and 0 <= total_nframe <= MAX_TOTAL_NFRAME):
+        raise DumpError(f"total_nframe {total_nframe!r} is not an int in 0..{MAX_TOTAL_NFRAME}")
+    if not isinstance(frames, tuple):
+        raise DumpError(f"frames must be a tuple, not {type(frames).__name__}")
+    if not 1 <= len(frames) <= MAX_FRAMES:
+        raise DumpError(f"{len(frames)} frames; a traceback has 1 to {MAX_FRAMES}")
+    body = bytearray([REC_TRACEBACK])
+    body += encode_varint(len(frames))
+    body += encode_varint(total_nframe)
+    for frame in frames:
+        if not (isinstance(frame, tuple) and len(frame) == 2):
+            raise DumpError(f"frame {frame!r} is not a (filename, lineno) tuple")
+        filename, lineno = frame
+        if not (is_int(lineno) and 0 <= lineno <= MAX_LINENO):
+            raise DumpError(f"frame {frame!r}: lineno is not an int in 0..{MAX_LINENO}")
+        string_id = strings.get(filename)
+        if string_id is None:
+            data = encode_str(filename, f"the filename of frame {frame!r}")
+            out.append(REC_STRING)
+            out += encode_varint(len(data))
+            out += data
+            string_id = strings[filename] = len(strings)
+        body += encode_varint(string_id)
+        body += encode_varint(lineno)
+    out += body
+    tb_id = tracebacks[(frames, total_nframe)] = encode_varint(len(tracebacks))
+    return tb_id
+
+
+def process_header(
+    *,
+    mode: str,
+    sample_interval: int,
+    traceback_limit: int,
+    extra: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> DumpHeader:
+    """The header of a snapshot of this process taken now: its Python
+    version, pid and the time, with the snapshot's own figures."""
+    return DumpHeader(
+        python_version=sys.version.split()[0],  # as platform.python_version()
+        pid=os.getpid(),
+        timestamp=clock(),
+        mode=mode,
+        sample_interval=sample_interval,
+        traceback_limit=traceback_limit,
+        extra={} if extra is None else dict(extra),
+    )

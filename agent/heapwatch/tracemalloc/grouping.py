@@ -1,0 +1,58 @@
+"""Pure-Python grouping of raw traces: the path of hand-built and loaded snapshots.
+
+It follows the stdlib's ``Snapshot._group_by`` (keys, cumulative counting of
+every frame, repeats included) and weighs each trace as the C core does
+(``heapwatch.formats.estimates``), so that for the same traces this path and
+``_core.Snapshot.group()`` give identical statistics.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from heapwatch.formats.estimates import Weigh, round_count
+from heapwatch.tracemalloc.objects import Statistic, Traceback
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from heapwatch._core import Frames, KeyType, RawTrace
+
+__all__ = ["group_traces"]
+
+
+def group_traces(
+    traces: Iterable[RawTrace], key_type: KeyType, cumulative: bool, weigh: Weigh
+) -> dict[Traceback, Statistic]:
+    """The traces' statistics grouped by key_type, keyed by their Traceback.
+
+    Sums are kept per raw key, so a Traceback is built once per group, not
+    once per trace.  key_type and cumulative must have passed check_key_type().
+    """
+    sums: dict[Frames, list[int]] = {}
+
+    def add(key: Frames, est_size: int, count_fp: int) -> None:
+        acc = sums.get(key)
+        if acc is None:
+            sums[key] = [est_size, count_fp]
+        else:
+            acc[0] += est_size
+            acc[1] += count_fp
+
+    by_filename = key_type == "filename"
+    for _domain, size, frames, _total_nframe in traces:
+        est_size, count_fp = weigh(size)
+        if cumulative:
+            # As the stdlib: every frame counts, a repeated frame each time.
+            for filename, lineno in frames:
+                add(((filename, 0 if by_filename else lineno),), est_size, count_fp)
+        elif key_type == "traceback":
+            add(frames, est_size, count_fp)
+        else:
+            filename, lineno = frames[0]
+            add(((filename, 0 if by_filename else lineno),), est_size, count_fp)
+    grouped = {}
+    for key, (size_sum, count_fp_sum) in sums.items():
+        traceback = Traceback(key)
+        grouped[traceback] = Statistic(traceback, size_sum, round_count(count_fp_sum))
+    return grouped
