@@ -69,7 +69,7 @@ group_key(const hw_groups_t *g, const hw_group_t *grp)
 
 /* Index of the group with this key, or -1. */
 static Py_ssize_t
-find(const hw_groups_t *g, uint64_t hash, const hw_rframe_t *key, uint32_t n)
+find_any(const hw_groups_t *g, uint64_t hash, const hw_rframe_t *key, uint32_t n)
 {
     for (size_t i = hash & g->index_mask;; i = (i + 1) & g->index_mask) {
         uint32_t slot = g->index[i];
@@ -81,6 +81,14 @@ find(const hw_groups_t *g, uint64_t hash, const hw_rframe_t *key, uint32_t n)
             return (Py_ssize_t)(slot - 1);
         }
     }
+}
+
+/* Index of the group with live traces with this key, or -1. */
+static Py_ssize_t
+find(const hw_groups_t *g, uint64_t hash, const hw_rframe_t *key, uint32_t n)
+{
+    Py_ssize_t i = find_any(g, hash, key, n);
+    return i >= 0 && (size_t)i < g->nlive ? i : -1;
 }
 
 static int
@@ -104,14 +112,19 @@ grow_index(hw_groups_t *g)
     return 0;
 }
 
+typedef struct {
+    uint64_t size, est_blocks, peak;
+} hw_sums_t;
+
 static int
-accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, uint64_t size, uint64_t est_blocks)
+accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, const hw_sums_t *sums)
 {
     uint64_t hash = key_hash(key, n);
-    Py_ssize_t found = find(g, hash, key, n);
+    Py_ssize_t found = find_any(g, hash, key, n);
     if (found >= 0) {
-        g->groups[found].size += size;
-        g->groups[found].est_blocks += est_blocks;
+        g->groups[found].size += sums->size;
+        g->groups[found].est_blocks += sums->est_blocks;
+        g->groups[found].peak += sums->peak;
         return 0;
     }
     if ((g->ngroups + 1) * 2 > g->index_mask + 1 && grow_index(g) < 0) {
@@ -140,8 +153,9 @@ accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, uint64_t size, ui
     }
     hw_group_t *grp = &g->groups[g->ngroups];
     grp->hash = hash;
-    grp->size = size;
-    grp->est_blocks = est_blocks;
+    grp->size = sums->size;
+    grp->est_blocks = sums->est_blocks;
+    grp->peak = sums->peak;
     grp->key_off = (uint32_t)g->nkeys;
     grp->key_len = n;
     memcpy(&g->keys[g->nkeys], key, n * sizeof(hw_rframe_t));
@@ -170,7 +184,7 @@ hw_groups_free(hw_groups_t *g)
 
 hw_groups_t *
 hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
-                const unsigned char *mask)
+                const unsigned char *mask, size_t mask_len)
 {
     hw_groups_t *g = hw_calloc(HW_MEM_SNAPSHOT, 1, sizeof(*g));
     if (g == NULL) {
@@ -184,30 +198,33 @@ hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
     }
     g->filenames = Py_NewRef(snap->filenames);
     int top_only = !cumulative && key_type != HW_KEY_TRACEBACK;
-    for (uint32_t i = 0; i < snap->ntbs; i++) {
-        if (mask != NULL && !mask[i]) {
+    for (uint32_t i = 0; i < snap->ntbs_all; i++) {
+        if (i == snap->ntbs) {
+            g->nlive = g->ngroups;
+        }
+        if (mask != NULL && i < mask_len && !mask[i]) {
             continue;
         }
-        uint64_t size = snap->tb_size[i];
-        uint64_t est_blocks = snap->tb_est_blocks[i];
+        hw_sums_t sums = {snap->tb_size[i], snap->tb_est_blocks[i], snap->tb_peak[i]};
         hw_traceback_t *tb = snap->tbs[i];
         if (hw_snapshot_resolve(snap, i, top_only ? 1 : tb->nframe) < 0) {
             goto error;
         }
         const hw_rframe_t *frames = hw_snapshot_rframes(snap, i);
-        g->total_size += size;
-        g->total_est_blocks += est_blocks;
+        g->total_size += sums.size;
+        g->total_est_blocks += sums.est_blocks;
+        g->total_peak += sums.peak;
         if (!cumulative) {
             hw_rframe_t key = frames[0];
             int err;
             if (key_type == HW_KEY_TRACEBACK) {
-                err = accumulate(g, frames, tb->nframe, size, est_blocks);
+                err = accumulate(g, frames, tb->nframe, &sums);
             }
             else {
                 if (key_type == HW_KEY_FILENAME) {
                     key.lineno = 0;
                 }
-                err = accumulate(g, &key, 1, size, est_blocks);
+                err = accumulate(g, &key, 1, &sums);
             }
             if (err < 0) {
                 goto nomem;
@@ -220,10 +237,13 @@ hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
             if (key_type == HW_KEY_FILENAME) {
                 key.lineno = 0;
             }
-            if (accumulate(g, &key, 1, size, est_blocks) < 0) {
+            if (accumulate(g, &key, 1, &sums) < 0) {
                 goto nomem;
             }
         }
+    }
+    if (snap->ntbs == snap->ntbs_all) {
+        g->nlive = g->ngroups;
     }
     return g;
 
@@ -251,21 +271,42 @@ stat_cmp_desc(const void *pa, const void *pb, void *arg)
 }
 
 static int
+peak_cmp_desc(const void *pa, const void *pb, void *arg)
+{
+    const hw_groups_t *g = arg;
+    const hw_group_t *a = &g->groups[*(const uint32_t *)pa];
+    const hw_group_t *b = &g->groups[*(const uint32_t *)pb];
+    if (a->peak != b->peak) {
+        return a->peak < b->peak ? 1 : -1;
+    }
+    return stat_cmp_desc(pa, pb, arg);
+}
+
+/* Indices of the first n groups in the order of cmp; NULL with an
+ * exception set. */
+static uint32_t *
+new_order(hw_groups_t *g, size_t n, int (*cmp)(const void *, const void *, void *))
+{
+    uint32_t *order = hw_malloc(HW_MEM_SNAPSHOT, (n + 1) * sizeof(uint32_t));
+    if (order == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        order[i] = (uint32_t)i;
+    }
+    qsort_r(order, n, sizeof(uint32_t), cmp, g);
+    return order;
+}
+
+static int
 ensure_order(hw_groups_t *g)
 {
     if (g->order != NULL) {
         return 0;
     }
-    g->order = hw_malloc(HW_MEM_SNAPSHOT, (g->ngroups + 1) * sizeof(uint32_t));
-    if (g->order == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (size_t i = 0; i < g->ngroups; i++) {
-        g->order[i] = (uint32_t)i;
-    }
-    qsort_r(g->order, g->ngroups, sizeof(uint32_t), stat_cmp_desc, g);
-    return 0;
+    g->order = new_order(g, g->nlive, stat_cmp_desc);
+    return g->order == NULL ? -1 : 0;
 }
 
 static size_t
@@ -274,32 +315,53 @@ clamp(Py_ssize_t limit, size_t n)
     return (limit < 0 || (size_t)limit > n) ? n : (size_t)limit;
 }
 
-PyObject *
-hw_groups_statistics(hw_groups_t *g, Py_ssize_t limit)
+/* (frames, size, count), with peak: (frames, size, count, peak), for the
+ * first n groups of order. */
+static PyObject *
+groups_to_list(const hw_groups_t *g, const uint32_t *order, size_t n, int with_peak)
 {
-    if (ensure_order(g) < 0) {
-        return NULL;
-    }
-    size_t n = clamp(limit, g->ngroups);
     PyObject *list = PyList_New((Py_ssize_t)n);
     if (list == NULL) {
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
-        const hw_group_t *grp = &g->groups[g->order[i]];
+        const hw_group_t *grp = &g->groups[order[i]];
         PyObject *frames = hw_rframes_to_tuple(group_key(g, grp), (int)grp->key_len);
         if (frames == NULL) {
             Py_DECREF(list);
             return NULL;
         }
-        PyObject *item = Py_BuildValue("(NKK)", frames, (unsigned long long)grp->size,
-                                       (unsigned long long)hw_count_round(grp->est_blocks));
+        unsigned long long size = grp->size, count = hw_count_round(grp->est_blocks);
+        PyObject *item = with_peak ? Py_BuildValue("(NKKK)", frames, size, count,
+                                                   (unsigned long long)grp->peak)
+                                   : Py_BuildValue("(NKK)", frames, size, count);
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
         }
         PyList_SET_ITEM(list, (Py_ssize_t)i, item);
     }
+    return list;
+}
+
+PyObject *
+hw_groups_statistics(hw_groups_t *g, Py_ssize_t limit)
+{
+    if (ensure_order(g) < 0) {
+        return NULL;
+    }
+    return groups_to_list(g, g->order, clamp(limit, g->nlive), 0);
+}
+
+PyObject *
+hw_groups_peaks(hw_groups_t *g, Py_ssize_t limit)
+{
+    uint32_t *order = new_order(g, g->ngroups, peak_cmp_desc);
+    if (order == NULL) {
+        return NULL;
+    }
+    PyObject *list = groups_to_list(g, order, clamp(limit, g->ngroups), 1);
+    hw_free(HW_MEM_SNAPSHOT, order);
     return list;
 }
 
@@ -381,15 +443,15 @@ diffs_to_list(const hw_diff_t *diffs, size_t n)
 PyObject *
 hw_groups_compare(hw_groups_t *cur, hw_groups_t *old, Py_ssize_t limit)
 {
-    hw_diff_t *diffs = hw_malloc(HW_MEM_SNAPSHOT, (cur->ngroups + old->ngroups + 1) * sizeof(hw_diff_t));
+    hw_diff_t *diffs = hw_malloc(HW_MEM_SNAPSHOT, (cur->nlive + old->nlive + 1) * sizeof(hw_diff_t));
     if (diffs == NULL) {
         return PyErr_NoMemory();
     }
     size_t n = 0;
-    for (size_t i = 0; i < cur->ngroups; i++) {
+    for (size_t i = 0; i < cur->nlive; i++) {
         diffs[n++] = diff_of(cur, &cur->groups[i], old);
     }
-    for (size_t i = 0; i < old->ngroups; i++) {
+    for (size_t i = 0; i < old->nlive; i++) {
         const hw_group_t *grp = &old->groups[i];
         if (find(cur, grp->hash, group_key(old, grp), grp->key_len) >= 0) {
             continue;
@@ -414,7 +476,7 @@ hw_groups_growth(hw_groups_t *cur, hw_groups_t *old, Py_ssize_t limit)
     if (ensure_order(cur) < 0) {
         return NULL;
     }
-    size_t n = clamp(limit, cur->ngroups);
+    size_t n = clamp(limit, cur->nlive);
     hw_diff_t *diffs = hw_malloc(HW_MEM_SNAPSHOT, (n + 1) * sizeof(hw_diff_t));
     if (diffs == NULL) {
         return PyErr_NoMemory();

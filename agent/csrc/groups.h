@@ -10,7 +10,13 @@
  * Boundary tuples:
  *   statistic  (frames, size, count)
  *   diff       (frames, size, size_diff, count, count_diff)
+ *   peak       (frames, size, count, peak)
  * where frames is the key in raw order (most recent first).
+ *
+ * Groups also sum each traceback's size in the interval's peak state
+ * (tracer.h), over the snapshot's tracebacks with live traces and those
+ * holding only a peak; the groups of the latter alone come after the others
+ * (index nlive and up) and only peaks() shows them.
  */
 #ifndef HEAPWATCH_GROUPS_H
 #define HEAPWATCH_GROUPS_H
@@ -25,6 +31,7 @@ typedef struct {
     uint64_t hash;
     uint64_t size;
     uint64_t est_blocks;
+    uint64_t peak;
     uint32_t key_off;
     uint32_t key_len;
 } hw_group_t;
@@ -32,6 +39,7 @@ typedef struct {
 typedef struct {
     hw_group_t *groups;
     size_t ngroups;
+    size_t nlive; /* groups with live traces: 0 .. nlive-1 */
     size_t cap;
     hw_rframe_t *keys;
     size_t nkeys;
@@ -42,15 +50,20 @@ typedef struct {
     PyObject *filenames; /* keeps key filenames alive */
     uint64_t total_size;
     uint64_t total_est_blocks;
+    uint64_t total_peak;
 } hw_groups_t;
 
-/* GIL held.  mask: one byte per snapshot traceback, non-zero to include;
- * NULL includes all.  NULL with an exception set. */
+/* GIL held.  mask: one byte for each of the first mask_len snapshot
+ * tracebacks, non-zero to include; those past mask_len (all if mask is
+ * NULL) are included.  NULL with an exception set. */
 hw_groups_t *hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
-                             const unsigned char *mask);
+                             const unsigned char *mask, size_t mask_len);
 void hw_groups_free(hw_groups_t *groups);
 /* limit < 0: all. */
 PyObject *hw_groups_statistics(hw_groups_t *groups, Py_ssize_t limit);
+/* Every group's (frames, size, count, peak), by peak, size, count, then
+ * traceback, descending. */
+PyObject *hw_groups_peaks(hw_groups_t *groups, Py_ssize_t limit);
 PyObject *hw_groups_compare(hw_groups_t *cur, hw_groups_t *old, Py_ssize_t limit);
 /* The first `limit` statistics of cur, with their differences from old
  * (old may be NULL: everything is new). */

@@ -100,6 +100,26 @@ Groups_growth(GroupsObject *self, PyObject *args, PyObject *kwds)
 }
 
 static PyObject *
+Groups_peaks(GroupsObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"limit", NULL};
+    PyObject *limit_obj = NULL;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:peaks", kwlist, &limit_obj) ||
+        parse_limit(limit_obj, &limit) < 0) {
+        return NULL;
+    }
+    return hw_groups_peaks(self->groups, limit);
+}
+
+static PyObject *
+Groups_get_peak(GroupsObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->groups->total_peak);
+}
+
+static PyObject *
 Groups_get_total(GroupsObject *self, void *closure)
 {
     (void)closure;
@@ -110,7 +130,7 @@ Groups_get_total(GroupsObject *self, void *closure)
 static Py_ssize_t
 Groups_len(GroupsObject *self)
 {
-    return (Py_ssize_t)self->groups->ngroups;
+    return (Py_ssize_t)self->groups->nlive;
 }
 
 static PyMethodDef Groups_methods[] = {
@@ -120,11 +140,15 @@ static PyMethodDef Groups_methods[] = {
      "compare(old, limit=None) -> list of (frames, size, size_diff, count, count_diff)."},
     {"growth", (PyCFunction)(void (*)(void))Groups_growth, METH_VARARGS | METH_KEYWORDS,
      "growth(old, limit=None) -> the first statistics, with their differences from old."},
+    {"peaks", (PyCFunction)(void (*)(void))Groups_peaks, METH_VARARGS | METH_KEYWORDS,
+     "peaks(limit=None) -> list of (frames, size, count, peak), by peak: each group's bytes in "
+     "the state where the traced total reached its peak, sites with no live trace left included."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef Groups_getset[] = {
     {"total", (getter)Groups_get_total, NULL, "(size, count) over every group's traces", NULL},
+    {"peak", (getter)Groups_get_peak, NULL, "the sum of the groups' peaks", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -168,11 +192,11 @@ tb_tuple(SnapshotObject *self, uint32_t i)
 {
     hw_snapshot_t *snap = self->snap;
     if (self->tb_tuples == NULL) {
-        self->tb_tuples = PyList_New((Py_ssize_t)snap->ntbs);
+        self->tb_tuples = PyList_New((Py_ssize_t)snap->ntbs_all);
         if (self->tb_tuples == NULL) {
             return NULL;
         }
-        for (uint32_t k = 0; k < snap->ntbs; k++) {
+        for (uint32_t k = 0; k < snap->ntbs_all; k++) {
             PyList_SET_ITEM(self->tb_tuples, k, Py_NewRef(Py_None));
         }
     }
@@ -192,21 +216,27 @@ tb_tuple(SnapshotObject *self, uint32_t i)
     return frames;
 }
 
-/* Checks a per-traceback mask argument; NULL mask for None. */
+/* Checks a per-traceback mask argument; NULL mask for None.  One byte per
+ * traceback of tracebacks() (those holding only a peak are then kept), or of
+ * tracebacks(peaks=True). */
 static int
-parse_mask(SnapshotObject *self, PyObject *mask_obj, const unsigned char **mask)
+parse_mask(SnapshotObject *self, PyObject *mask_obj, const unsigned char **mask, size_t *len)
 {
     *mask = NULL;
+    *len = 0;
     if (mask_obj == NULL || mask_obj == Py_None) {
         return 0;
     }
-    if (!PyBytes_Check(mask_obj) || PyBytes_GET_SIZE(mask_obj) != (Py_ssize_t)self->snap->ntbs) {
+    Py_ssize_t n = PyBytes_Check(mask_obj) ? PyBytes_GET_SIZE(mask_obj) : -1;
+    if (n != (Py_ssize_t)self->snap->ntbs && n != (Py_ssize_t)self->snap->ntbs_all) {
         PyErr_Format(PyExc_ValueError,
-                     "mask must be None or bytes with one byte per traceback (%u)",
-                     self->snap->ntbs);
+                     "mask must be None or bytes with one byte per traceback (%u, or %u with "
+                     "those holding only a peak)",
+                     self->snap->ntbs, self->snap->ntbs_all);
         return -1;
     }
     *mask = (const unsigned char *)PyBytes_AS_STRING(mask_obj);
+    *len = (size_t)n;
     return 0;
 }
 
@@ -216,8 +246,9 @@ Snapshot_traces(SnapshotObject *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"mask", NULL};
     PyObject *mask_obj = NULL;
     const unsigned char *mask;
+    size_t mask_len;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:traces", kwlist, &mask_obj) ||
-        parse_mask(self, mask_obj, &mask) < 0) {
+        parse_mask(self, mask_obj, &mask, &mask_len) < 0) {
         return NULL;
     }
     hw_snapshot_t *snap = self->snap;
@@ -298,26 +329,31 @@ named_frames(SnapshotObject *self, uint32_t i)
 static PyObject *
 Snapshot_tracebacks(SnapshotObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"names", NULL};
+    static char *kwlist[] = {"names", "peaks", NULL};
     int names = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:tracebacks", kwlist, &names)) {
+    int peaks = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp:tracebacks", kwlist, &names, &peaks)) {
         return NULL;
     }
     hw_snapshot_t *snap = self->snap;
-    PyObject *list = PyList_New((Py_ssize_t)snap->ntbs);
+    uint32_t n = peaks ? snap->ntbs_all : snap->ntbs;
+    PyObject *list = PyList_New((Py_ssize_t)n);
     if (list == NULL) {
         return NULL;
     }
-    for (uint32_t i = 0; i < snap->ntbs; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         PyObject *frames = names ? named_frames(self, i) : tb_tuple(self, i);
         if (frames == NULL) {
             Py_DECREF(list);
             return NULL;
         }
-        PyObject *item = Py_BuildValue("(INIKK)", snap->tbs[i]->domain, frames,
-                                       (unsigned int)snap->tbs[i]->total_nframe,
-                                       (unsigned long long)snap->tb_size[i],
-                                       (unsigned long long)hw_count_round(snap->tb_est_blocks[i]));
+        unsigned int domain = snap->tbs[i]->domain;
+        unsigned int total_nframe = snap->tbs[i]->total_nframe;
+        unsigned long long size = snap->tb_size[i];
+        unsigned long long count = hw_count_round(snap->tb_est_blocks[i]);
+        PyObject *item = peaks ? Py_BuildValue("(INIKKK)", domain, frames, total_nframe, size, count,
+                                               (unsigned long long)snap->tb_peak[i])
+                               : Py_BuildValue("(INIKK)", domain, frames, total_nframe, size, count);
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -366,10 +402,11 @@ Snapshot_group(SnapshotObject *self, PyObject *args, PyObject *kwds)
         return NULL;
     }
     const unsigned char *mask;
-    if (parse_mask(self, mask_obj, &mask) < 0) {
+    size_t mask_len;
+    if (parse_mask(self, mask_obj, &mask, &mask_len) < 0) {
         return NULL;
     }
-    hw_groups_t *groups = hw_groups_build(self->snap, key_type, cumulative, mask);
+    hw_groups_t *groups = hw_groups_build(self->snap, key_type, cumulative, mask, mask_len);
     if (groups == NULL) {
         return NULL;
     }
@@ -405,8 +442,10 @@ static PyMethodDef Snapshot_methods[] = {
     {"traces", (PyCFunction)(void (*)(void))Snapshot_traces, METH_VARARGS | METH_KEYWORDS,
      "traces(mask=None) -> list of (domain, size, frames, total_nframe)."},
     {"tracebacks", (PyCFunction)(void (*)(void))Snapshot_tracebacks, METH_VARARGS | METH_KEYWORDS,
-     "tracebacks(names=False) -> list of (domain, frames, total_nframe, size, count), one per "
-     "traceback; with names=True a frame is (filename, lineno, function)."},
+     "tracebacks(names=False, peaks=False) -> list of (domain, frames, total_nframe, size, count), "
+     "one per traceback; with names=True a frame is (filename, lineno, function); with "
+     "peaks=True each row ends with the traceback's bytes at the peak, and the tracebacks "
+     "holding only a peak follow."},
     {"group", (PyCFunction)(void (*)(void))Snapshot_group, METH_VARARGS | METH_KEYWORDS,
      "group(key_type, cumulative=False, mask=None) -> Groups."},
     {NULL, NULL, 0, NULL},
@@ -813,7 +852,7 @@ core_check_invariants(PyObject *module, PyObject *unused)
         problem = "ntraces differs from the number of trace slots";
         goto done;
     }
-    uint64_t total = 0, total_fp = 0;
+    uint64_t total = 0, total_fp = 0, total_peak = 0;
     for (uint32_t id = 1; id < bound; id++) {
         hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
         if (tb == NULL) {
@@ -833,12 +872,17 @@ core_check_invariants(PyObject *module, PyObject *unused)
         }
         total += tb->size;
         total_fp += tb->est_blocks;
+        total_peak += hw_tb_peak_unlocked(tb);
     }
     if (total != hw_tracer.traced || total_fp != hw_tracer.est_blocks) {
         problem = "the traced totals differ from the sum of the traces";
     }
     else if (hw_tracer.peak < hw_tracer.traced) {
         problem = "the peak is below the current traced size";
+    }
+    else if (hw_tracer.peak_rising ? hw_tracer.traced != hw_tracer.peak
+                                   : total_peak != hw_tracer.peak) {
+        problem = "the per-site peaks do not sum to the peak";
     }
 done:
     hw_unlock();

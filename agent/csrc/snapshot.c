@@ -99,7 +99,7 @@ hw_snapshot_resolve(hw_snapshot_t *snap, uint32_t i, int need)
 static void
 unpin_unlocked(hw_snapshot_t *snap)
 {
-    for (uint32_t i = 0; i < snap->ntbs; i++) {
+    for (uint32_t i = 0; i < snap->ntbs_all; i++) {
         snap->tbs[i]->pins--;
         hw_tb_release_if_unused_unlocked(snap->tbs[i]);
     }
@@ -119,6 +119,7 @@ hw_snapshot_free(hw_snapshot_t *snap)
     hw_free(HW_MEM_SNAPSHOT, snap->tbs);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_size);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_est_blocks);
+    hw_free(HW_MEM_SNAPSHOT, snap->tb_peak);
     hw_free(HW_MEM_SNAPSHOT, snap->traces);
     hw_free(HW_MEM_SNAPSHOT, snap->rframes);
     hw_free(HW_MEM_SNAPSHOT, snap->rf_off);
@@ -157,27 +158,38 @@ take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t loca
         return -1;
     }
     uint32_t k = 0;
-    for (uint32_t id = 1; id < bound; id++) {
-        hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
-        if (tb == NULL || tb->ntraces == 0) {
-            continue;
+    /* Live tracebacks first, then those holding only a peak. */
+    for (int peak_only = 0; peak_only < 2; peak_only++) {
+        if (peak_only) {
+            snap->ntbs = k;
         }
-        if (k == tb_room) {
-            return -1;
+        for (uint32_t id = 1; id < bound; id++) {
+            hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
+            if (tb == NULL || (tb->ntraces == 0) != peak_only) {
+                continue;
+            }
+            uint64_t peak = hw_tb_peak_unlocked(tb);
+            if (peak_only && peak == 0) {
+                continue;
+            }
+            if (k == tb_room) {
+                return -1;
+            }
+            snap->tbs[k] = tb;
+            snap->tb_size[k] = tb->size;
+            snap->tb_est_blocks[k] = tb->est_blocks;
+            snap->tb_peak[k] = peak;
+            local[id] = ++k;
         }
-        snap->tbs[k] = tb;
-        snap->tb_size[k] = tb->size;
-        snap->tb_est_blocks[k] = tb->est_blocks;
-        local[id] = ++k;
     }
     size_t ntraces = __atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED);
     if (with_traces && ntraces > trace_room) {
         return -1;
     }
     for (uint32_t i = 0; i < k; i++) {
-        snap->tbs[i]->pins++;
+        hw_tb_pin_unlocked(snap->tbs[i]);
     }
-    snap->ntbs = k;
+    snap->ntbs_all = k;
     if (with_traces) {
         size_t n = copy_traces_unlocked(&hw_tracer.traces, local, snap->traces, trace_room);
         for (size_t d = 0; d < hw_tracer.ndomains; d++) {
@@ -206,9 +218,10 @@ reserve(hw_snapshot_t *snap, uint32_t **local, size_t *local_len, size_t *tb_roo
     hw_free(HW_MEM_SNAPSHOT, snap->tbs);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_size);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_est_blocks);
+    hw_free(HW_MEM_SNAPSHOT, snap->tb_peak);
     hw_free(HW_MEM_SNAPSHOT, snap->traces);
     snap->tbs = NULL;
-    snap->tb_size = snap->tb_est_blocks = NULL;
+    snap->tb_size = snap->tb_est_blocks = snap->tb_peak = NULL;
     snap->traces = NULL;
     hw_lock();
     uint32_t bound = hw_tb_id_bound_unlocked();
@@ -223,10 +236,12 @@ reserve(hw_snapshot_t *snap, uint32_t **local, size_t *local_len, size_t *tb_roo
     snap->tbs = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(hw_traceback_t *));
     snap->tb_size = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
     snap->tb_est_blocks = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
+    snap->tb_peak = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
     if (with_traces) {
         snap->traces = hw_malloc(HW_MEM_SNAPSHOT, *trace_room * sizeof(hw_snap_trace_t));
     }
     if (*local == NULL || snap->tbs == NULL || snap->tb_size == NULL || snap->tb_est_blocks == NULL ||
+        snap->tb_peak == NULL ||
         (with_traces && snap->traces == NULL)) {
         return -1;
     }
@@ -261,6 +276,7 @@ hw_snapshot_take(int with_traces, int reset_peak)
         int ok = take_unlocked(snap, with_traces, local, local_len, tb_room, trace_room);
         if (ok == 0 && reset_peak) {
             hw_tracer.peak = hw_tracer.traced;
+            hw_peak_commit_unlocked();
         }
         hw_unlock();
         if (ok == 0) {
@@ -269,16 +285,16 @@ hw_snapshot_take(int with_traces, int reset_peak)
     }
     hw_free(HW_MEM_SNAPSHOT, local);
     size_t nframes = 0;
-    snap->rf_off = hw_malloc(HW_MEM_SNAPSHOT, ((size_t)snap->ntbs + 1) * sizeof(size_t));
-    snap->resolved = hw_calloc(HW_MEM_SNAPSHOT, (size_t)snap->ntbs + 1, sizeof(uint16_t));
+    snap->rf_off = hw_malloc(HW_MEM_SNAPSHOT, ((size_t)snap->ntbs_all + 1) * sizeof(size_t));
+    snap->resolved = hw_calloc(HW_MEM_SNAPSHOT, (size_t)snap->ntbs_all + 1, sizeof(uint16_t));
     if (snap->rf_off == NULL || snap->resolved == NULL) {
         goto nomem;
     }
-    for (uint32_t i = 0; i < snap->ntbs; i++) {
+    for (uint32_t i = 0; i < snap->ntbs_all; i++) {
         snap->rf_off[i] = nframes;
         nframes += snap->tbs[i]->nframe;
     }
-    snap->rf_off[snap->ntbs] = nframes;
+    snap->rf_off[snap->ntbs_all] = nframes;
     snap->rframes = hw_malloc(HW_MEM_SNAPSHOT, (nframes + 1) * sizeof(hw_rframe_t));
     snap->filenames = PyDict_New();
     if (snap->rframes == NULL || snap->filenames == NULL) {

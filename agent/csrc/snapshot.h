@@ -10,6 +10,12 @@
  *   frame      (filename: str, lineno: int)
  *   frames     tuple of frames, most recent first (the stdlib's raw order)
  *   trace      (domain: int, size: int, frames, total_nframe: int)
+ *
+ * Tracebacks 0 .. ntbs-1 have live traces; ntbs .. ntbs_all-1 have none
+ * left but hold a per-site peak (tracer.h): a site that allocated and freed
+ * within the interval.  Everything that the stdlib's API shows (traces,
+ * statistics, the traceback list, masks of ntbs bytes) sees the first ones
+ * only.
  */
 #ifndef HEAPWATCH_SNAPSHOT_H
 #define HEAPWATCH_SNAPSHOT_H
@@ -32,7 +38,9 @@ typedef struct {
     hw_traceback_t **tbs; /* pinned */
     uint64_t *tb_size;    /* estimated bytes per traceback */
     uint64_t *tb_est_blocks;
-    uint32_t ntbs;
+    uint64_t *tb_peak;    /* estimated bytes in the interval's peak state */
+    uint32_t ntbs;        /* tracebacks with live traces */
+    uint32_t ntbs_all;    /* and those holding only a peak */
     hw_snap_trace_t *traces; /* NULL unless taken with traces */
     size_t ntraces;
     int traceback_limit;

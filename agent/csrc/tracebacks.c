@@ -6,6 +6,7 @@
 #include "pset.h"
 #include "sync.h"
 #include "thread.h"
+#include "tracer.h"
 
 /* All guarded by hw_tables_lock. */
 static hw_pset_t tb_set;          /* interned tracebacks */
@@ -15,6 +16,7 @@ static uint32_t tb_ids_cap;
 static uint32_t tb_ids_bound = 1; /* id 0 is never handed out */
 static uint32_t tb_ids_free;      /* head of the free list, 0 when empty */
 static size_t idle_count;         /* interned tracebacks with idle set */
+static size_t idle_kept;          /* idle ones the last sweep kept: they hold a peak */
 static uint64_t tb_generation;    /* moves when a traceback is freed or rewritten (thread.h) */
 static PyObject **graveyard;      /* code references to release with the GIL */
 static size_t graveyard_len;
@@ -511,13 +513,38 @@ hw_tb_sweep_unlocked(void)
     if (idle_count == 0) {
         return;
     }
+    size_t kept = 0;
     for (uint32_t id = 1; id < tb_ids_bound; id++) {
         hw_traceback_t *tb = tb_ids[id];
         if (!((uintptr_t)tb & 1) && tb->idle) {
-            tb_unintern_unlocked(tb);
+            if (hw_tb_holds_peak_unlocked(tb)) {
+                kept++;
+            }
+            else {
+                tb_unintern_unlocked(tb);
+            }
         }
     }
-    idle_count = 0;
+    idle_count = kept;
+    idle_kept = kept;
+}
+
+void
+hw_tb_pin_unlocked(hw_traceback_t *tb)
+{
+    tb_wake_unlocked(tb);
+    tb->pins++;
+}
+
+HW_COLD void
+hw_tb_peak_stamps_reset_unlocked(void)
+{
+    for (uint32_t id = 1; id < tb_ids_bound; id++) {
+        hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
+        if (tb != NULL) {
+            tb->peak_gen = 0;
+        }
+    }
 }
 
 __attribute__((noinline)) void
@@ -529,8 +556,10 @@ hw_tb_unused_unlocked(hw_traceback_t *tb)
     }
     tb->idle = 1;
     idle_count++;
-    /* Amortized: each sweep frees at least half of what is interned. */
-    if (idle_count > 4096 && idle_count * 2 > tb_set.count) {
+    /* Amortized: a sweep follows at least 4096 tracebacks gone idle, and at
+     * least half as many as are interned, since the last one (whose cost is
+     * a pass over the ids), whatever it had to keep. */
+    if (idle_count > idle_kept + 4096 && (idle_count - idle_kept) * 2 > tb_set.count) {
         hw_tb_sweep_unlocked();
     }
 }
@@ -556,6 +585,7 @@ hw_tb_clear_unlocked(void)
             tb->pending = 0; /* the queue was dropped first */
             tb->size = 0;
             tb->est_blocks = 0;
+            tb->peak_size = 0;
         }
         else {
             tb->id = 0;
@@ -574,6 +604,7 @@ hw_tb_clear_unlocked(void)
     tb_ids_bound = 1;
     tb_ids_free = 0;
     idle_count = 0;
+    idle_kept = 0;
     hw_pset_fini(&tb_set);
     hw_pset_fini(&name_set);
     initialized = 0;
@@ -679,7 +710,7 @@ release_orphans_unlocked(code_refs_t *table, size_t mask)
         for (int i = 0; tb != NULL && i < tb->nframe; i++) {
             if (code_is_orphan(table, mask, &tb->frames[i])) {
                 released++;
-                if (tb->idle) {
+                if (tb->idle && !hw_tb_holds_peak_unlocked(tb)) {
                     tb->idle = 0;
                     idle_count--;
                     tb_unintern_unlocked(tb);

@@ -51,6 +51,10 @@ typedef struct hw_traceback {
     uint16_t nframe;
     uint16_t total_nframe;
     uint32_t idle; /* interned but unused, counted in the idle total */
+    /* Per-site peak (tracer.h, "Per-site peaks"): size at the last committed
+     * peak, valid while peak_gen equals hw_tracer.peak_gen. */
+    uint32_t peak_gen;
+    uint64_t peak_size;
     hw_frame_t frames[];
     /* followed by int32_t lines[nframe]: see hw_tb_lines() */
 } hw_traceback_t;
@@ -86,8 +90,15 @@ hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
         hw_tb_unused_unlocked(tb);
     }
 }
-/* Frees every idle traceback. */
+/* Frees every idle traceback but those holding a per-site peak
+ * (hw_tb_holds_peak_unlocked, tracer.h): a site that allocated 50 MiB and
+ * freed it all must still show 50 MiB until the next peak reset. */
 void hw_tb_sweep_unlocked(void);
+/* Pins tb for a snapshot, idle or not. */
+void hw_tb_pin_unlocked(hw_traceback_t *tb);
+/* Sets every interned traceback's peak_gen to 0 (the peak generation
+ * wrapped around: 0 is never current). */
+void hw_tb_peak_stamps_reset_unlocked(void);
 hw_traceback_t *hw_tb_by_id_unlocked(uint32_t id);
 /* All ids are below this bound. */
 uint32_t hw_tb_id_bound_unlocked(void);

@@ -59,6 +59,7 @@ hw_tracer_t hw_tracer = {
     .max_nframe = 1,
     .mode = HW_MODE_EXACT,
     .sample_interval = HW_DEFAULT_SAMPLE_INTERVAL,
+    .peak_gen = 1,
 };
 
 /* Whether the trace tables exist; GIL and hw_tables_lock. */
@@ -130,11 +131,44 @@ hw_domain_table_unlocked(uint32_t domain, int create)
     return &entry->traces;
 }
 
+HW_COLD void
+hw_peak_commit_unlocked(void)
+{
+    hw_tracer.peak_rising = 0;
+    if (++hw_tracer.peak_gen == 0) {
+        /* After 2**32 commits: a stamp equal by chance would read as current. */
+        hw_tb_peak_stamps_reset_unlocked();
+        hw_tracer.peak_gen = 1;
+    }
+}
+
+/* Before any change but an insert: a new maximum reached by inserts is
+ * over, and its state is the peak state (see tracer.h). */
+static inline void
+peak_before_change_unlocked(void)
+{
+    if (HW_UNLIKELY(hw_tracer.peak_rising)) {
+        hw_peak_commit_unlocked();
+    }
+}
+
+/* Before tb's size changes: an older stamp means the size has not changed
+ * since the committed peak state, so it is tb's size there. */
+static inline void
+peak_touch_unlocked(hw_traceback_t *tb)
+{
+    if (tb->peak_gen != hw_tracer.peak_gen) {
+        tb->peak_size = tb->size;
+        tb->peak_gen = hw_tracer.peak_gen;
+    }
+}
+
 static inline void
 account_add_unlocked(hw_traceback_t *tb, size_t size)
 {
     uint64_t est, cnt;
     hw_weigh(size, &est, &cnt);
+    peak_touch_unlocked(tb);
     tb->ntraces++;
     tb->size += est;
     tb->est_blocks += cnt;
@@ -147,6 +181,7 @@ account_remove_unlocked(hw_traceback_t *tb, size_t size)
 {
     uint64_t est, cnt;
     hw_weigh(size, &est, &cnt);
+    peak_touch_unlocked(tb);
     /* The count just stored is tested from the register: a compiler that
      * reads it back merged with the next field, in one wider load, made the
      * load wait for the store to retire (half of the free path's time in
@@ -191,6 +226,7 @@ put_uncommon_unlocked(int res, uint32_t domain, uintptr_t ptr, size_t size, hw_t
      * the stdlib, the new trace replaces it.  Add before removing: both may
      * share the traceback, which must not be released in between
      * (tests/core/test_trace_table.py). */
+    peak_before_change_unlocked();
     account_add_unlocked(tb, size);
     if (filtered(domain)) {
         hw_filter_add_unlocked(ptr, -1);
@@ -215,6 +251,7 @@ put_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr, size_t size, hw
     }
     if (hw_tracer.traced > hw_tracer.peak) {
         hw_tracer.peak = hw_tracer.traced;
+        hw_tracer.peak_rising = 1;
     }
     hw_store_counter(&hw_tracer.recorded, hw_tracer.recorded + 1);
 }
@@ -231,6 +268,7 @@ pop_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr)
     if (filtered(domain)) {
         hw_filter_add_unlocked(ptr, -1);
     }
+    peak_before_change_unlocked();
     account_remove_unlocked(hw_tb_by_id_unlocked(trace.tb), trace.size);
     return trace.size;
 }
@@ -321,7 +359,8 @@ hw_restamp_unlocked(uintptr_t ptr, hw_capture_t *cap)
         return;
     }
     /* The block's weight moves from one traceback to the other: the totals,
-     * and so the peak, do not change. */
+     * and so the peak, do not change; the peak state is committed first. */
+    peak_before_change_unlocked();
     account_add_unlocked(tb, old.size);
     account_remove_unlocked(hw_tb_by_id_unlocked(old.tb), old.size);
 }
@@ -419,6 +458,7 @@ reset_tables_unlocked(void)
     hw_filter_clear_unlocked();
     hw_tracer.traced = 0;
     hw_tracer.peak = 0;
+    hw_peak_commit_unlocked();
     hw_tracer.est_blocks = 0;
     __atomic_store_n(&hw_tracer.ntraces, 0, __ATOMIC_RELAXED);
 }
@@ -522,6 +562,7 @@ hw_reset_peak(void)
     hw_lock();
     hw_flush_unlocked();
     hw_tracer.peak = hw_tracer.traced;
+    hw_peak_commit_unlocked();
     hw_unlock();
 }
 

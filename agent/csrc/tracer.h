@@ -7,6 +7,20 @@
  * sums over all tracebacks.  tests/core/test_stress.py checks them through
  * _core._check_invariants() under concurrent churn.
  *
+ * Per-site peaks: hw_tracer.peak is the interval's peak of traced; each
+ * traceback's size in the state where traced reached it is kept in O(1) per
+ * change, never with a pass over the tracebacks at a new peak.  The peak
+ * state is committed lazily at the falling edge: while traced sits at a new
+ * maximum reached by inserts (peak_rising), the current sizes are the peak's;
+ * the first other change (a removal, a replacement, a restamp) commits that
+ * state by moving peak_gen on, and so does a peak reset.  A traceback whose
+ * peak_gen is older has not changed since the commit, so its current size is
+ * its peak size; before its size changes, it copies that size into peak_size
+ * and takes the current peak_gen.  Hence, hw_tables_lock held and the queue
+ * applied: with peak_rising, traced == peak; without, the peak sizes of the
+ * interned tracebacks sum to peak (_check_invariants checks both).  Idle
+ * tracebacks holding a peak are not swept (tracebacks.h).
+ *
  * Weights: in exact mode a trace weighs (size, 1 block).  In sampling mode a
  * block of s bytes is sampled with probability p = 1 - exp(-s / interval), so
  * a sampled trace weighs (s / p, 1 / p): the estimates are unbiased.  Weights
@@ -75,6 +89,8 @@ typedef struct {
     size_t ndomains;
     uint64_t traced;   /* estimated live bytes (exact in exact mode) */
     uint64_t peak;
+    uint32_t peak_gen;  /* moves at each peak commit; never 0 (see above) */
+    int peak_rising;    /* traced is a new maximum not committed yet */
     uint64_t est_blocks; /* estimated live blocks, HW_COUNT_ONE units */
 
     /* Written with hw_tables_lock held, read without it (relaxed atomics:
@@ -106,6 +122,27 @@ hw_count_dropped(void)
 }
 
 void hw_weigh(size_t size, uint64_t *est_size, uint64_t *est_blocks);
+
+/* tb's size in the interval's peak state; hw_tables_lock held, queue applied. */
+static inline uint64_t
+hw_tb_peak_unlocked(const hw_traceback_t *tb)
+{
+    if (hw_tracer.peak_rising || tb->peak_gen != hw_tracer.peak_gen) {
+        return tb->size;
+    }
+    return tb->peak_size;
+}
+
+/* Whether tb's peak size is its own, no longer its current size: a sweep
+ * must keep it. */
+static inline int
+hw_tb_holds_peak_unlocked(const hw_traceback_t *tb)
+{
+    return tb->peak_gen == hw_tracer.peak_gen && tb->peak_size != 0;
+}
+
+/* Takes the current state as the interval's peak state (a peak reset). */
+void hw_peak_commit_unlocked(void);
 
 /* The hooks' changes to their table (domain 0), hw_tables_lock held.
  *

@@ -7,19 +7,26 @@ The C/Python boundary is plain tuples of documented shapes:
     RawTrace   = (domain, size, frames, total_nframe)
     Statistic  = (frames, size, count)
     Diff       = (frames, size, size_diff, count, count_diff)
+    Peak       = (frames, size, count, peak)
+
+A peak is bytes in the state where the traced total reached its peak (since
+the last reset_peak() or take_snapshot(reset_peak=True)): per-site peaks sum
+to ``Snapshot.peak``.  Sites whose traces are all gone since still have one.
 
 In sample mode every size and count is an unbiased estimate; a trace's own
 size (in ``Snapshot.traces()``) is the sampled block's real size.
 """
 
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, overload
 
 FrameTuple = tuple[str, int]
 Frames = tuple[FrameTuple, ...]
 RawTrace = tuple[int, int, Frames, int]
 RawStatistic = tuple[Frames, int, int]
 RawDiff = tuple[Frames, int, int, int, int]
+RawPeak = tuple[Frames, int, int, int]
 RawTracebackInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int]
+RawTracebackPeakInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int, int]
 KeyType = Literal["traceback", "filename", "lineno"]
 Mode = Literal["exact", "sample"]
 
@@ -49,10 +56,17 @@ class Groups:
 
     @property
     def total(self) -> tuple[int, int]: ...
+    @property
+    def peak(self) -> int:
+        """The sum of the groups' peaks (Snapshot.peak when nothing is masked)."""
     def __len__(self) -> int: ...
     def statistics(self, limit: int | None = None) -> list[RawStatistic]: ...
     def compare(self, old: Groups, limit: int | None = None) -> list[RawDiff]: ...
     def growth(self, old: Groups | None, limit: int | None = None) -> list[RawDiff]: ...
+    def peaks(self, limit: int | None = None) -> list[RawPeak]:
+        """Every group by peak (then size, count, key) descending, those with
+        no live trace left (size and count 0) included; statistics(),
+        compare(), growth() and len() leave those out."""
 
 class Snapshot:
     """The tracer's state at one moment; tracebacks pinned, lines resolved lazily."""
@@ -77,11 +91,22 @@ class Snapshot:
     def ntracebacks(self) -> int: ...
     def traces(self, mask: bytes | None = None) -> list[RawTrace]:
         """Every trace (of the tracebacks the mask keeps); needs traces=True."""
-    def tracebacks(self, names: bool = False) -> list[RawTracebackInfo]:
+    @overload
+    def tracebacks(
+        self, names: bool = False, peaks: Literal[False] = False
+    ) -> list[RawTracebackInfo]: ...
+    @overload
+    def tracebacks(
+        self, names: bool = False, *, peaks: Literal[True]
+    ) -> list[RawTracebackPeakInfo]:
         """One (domain, frames, total_nframe, size, count) per traceback, in the
         index order that masks use (one byte per traceback, non-zero keeps it).
         size and count are the traceback's totals (estimates in sample mode).
-        With names=True a frame is (filename, lineno, function qualname)."""
+        With names=True a frame is (filename, lineno, function qualname).
+        With peaks=True each row ends with the traceback's peak, and the
+        tracebacks with no live trace left that hold a peak follow; a mask
+        may then have one byte per row (a mask of one byte per live
+        traceback keeps those)."""
     def group(
         self, key_type: KeyType, cumulative: bool = False, mask: bytes | None = None
     ) -> Groups: ...
