@@ -116,7 +116,8 @@ typedef struct {
     uint64_t size, est_blocks, peak;
 } hw_sums_t;
 
-static int
+/* Returns the index of key's group, or -1 when out of memory. */
+static Py_ssize_t
 accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, const hw_sums_t *sums)
 {
     uint64_t hash = key_hash(key, n);
@@ -125,7 +126,7 @@ accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, const hw_sums_t *
         g->groups[found].size += sums->size;
         g->groups[found].est_blocks += sums->est_blocks;
         g->groups[found].peak += sums->peak;
-        return 0;
+        return found;
     }
     if ((g->ngroups + 1) * 2 > g->index_mask + 1 && grow_index(g) < 0) {
         return -1;
@@ -165,7 +166,7 @@ accumulate(hw_groups_t *g, const hw_rframe_t *key, uint32_t n, const hw_sums_t *
         i = (i + 1) & g->index_mask;
     }
     g->index[i] = (uint32_t)(++g->ngroups);
-    return 0;
+    return (Py_ssize_t)(g->ngroups - 1);
 }
 
 void
@@ -178,14 +179,44 @@ hw_groups_free(hw_groups_t *g)
     hw_free(HW_MEM_SNAPSHOT, g->keys);
     hw_free(HW_MEM_SNAPSHOT, g->index);
     hw_free(HW_MEM_SNAPSHOT, g->order);
+    hw_free(HW_MEM_SNAPSHOT, g->ages);
     Py_XDECREF(g->filenames);
     hw_free(HW_MEM_SNAPSHOT, g);
 }
 
+static inline int
+age_bucket(uint32_t age)
+{
+    return age == 0 ? 0 : 32 - __builtin_clz(age);
+}
+
+/* Histograms the snapshot's traces by age into their groups (tb_group: the
+ * group of each live traceback, UINT32_MAX if left out). */
+static int
+histogram_ages(hw_groups_t *g, const hw_snapshot_t *snap, const uint32_t *tb_group)
+{
+    g->ages = hw_calloc(HW_MEM_SNAPSHOT, g->ngroups * HW_AGE_BUCKETS + 1, sizeof(uint64_t));
+    if (g->ages == NULL) {
+        return -1;
+    }
+    for (size_t k = 0; k < snap->ntraces; k++) {
+        const hw_snap_trace_t *trace = &snap->traces[k];
+        uint32_t gi = tb_group[trace->tb];
+        if (gi == UINT32_MAX) {
+            continue;
+        }
+        uint64_t est, blocks;
+        hw_weigh_as(snap->mode, snap->sample_interval, trace->size, &est, &blocks);
+        g->ages[(size_t)gi * HW_AGE_BUCKETS + (size_t)age_bucket(trace->age)] += est;
+    }
+    return 0;
+}
+
 hw_groups_t *
 hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
-                const unsigned char *mask, size_t mask_len)
+                const unsigned char *mask, size_t mask_len, int ages)
 {
+    uint32_t *tb_group = NULL;
     hw_groups_t *g = hw_calloc(HW_MEM_SNAPSHOT, 1, sizeof(*g));
     if (g == NULL) {
         PyErr_NoMemory();
@@ -197,6 +228,13 @@ hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
         goto nomem;
     }
     g->filenames = Py_NewRef(snap->filenames);
+    if (ages) {
+        tb_group = hw_malloc(HW_MEM_SNAPSHOT, ((size_t)snap->ntbs + 1) * sizeof(uint32_t));
+        if (tb_group == NULL) {
+            goto nomem;
+        }
+        memset(tb_group, 0xff, ((size_t)snap->ntbs + 1) * sizeof(uint32_t));
+    }
     int top_only = !cumulative && key_type != HW_KEY_TRACEBACK;
     for (uint32_t i = 0; i < snap->ntbs_all; i++) {
         if (i == snap->ntbs) {
@@ -216,18 +254,21 @@ hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
         g->total_peak += sums.peak;
         if (!cumulative) {
             hw_rframe_t key = frames[0];
-            int err;
+            Py_ssize_t gi;
             if (key_type == HW_KEY_TRACEBACK) {
-                err = accumulate(g, frames, tb->nframe, &sums);
+                gi = accumulate(g, frames, tb->nframe, &sums);
             }
             else {
                 if (key_type == HW_KEY_FILENAME) {
                     key.lineno = 0;
                 }
-                err = accumulate(g, &key, 1, &sums);
+                gi = accumulate(g, &key, 1, &sums);
             }
-            if (err < 0) {
+            if (gi < 0) {
                 goto nomem;
+            }
+            if (tb_group != NULL && i < snap->ntbs) {
+                tb_group[i] = (uint32_t)gi;
             }
             continue;
         }
@@ -245,11 +286,16 @@ hw_groups_build(hw_snapshot_t *snap, hw_key_type_t key_type, int cumulative,
     if (snap->ntbs == snap->ntbs_all) {
         g->nlive = g->ngroups;
     }
+    if (tb_group != NULL && histogram_ages(g, snap, tb_group) < 0) {
+        goto nomem;
+    }
+    hw_free(HW_MEM_SNAPSHOT, tb_group);
     return g;
 
 nomem:
     PyErr_NoMemory();
 error:
+    hw_free(HW_MEM_SNAPSHOT, tb_group);
     hw_groups_free(g);
     return NULL;
 }
@@ -315,10 +361,27 @@ clamp(Py_ssize_t limit, size_t n)
     return (limit < 0 || (size_t)limit > n) ? n : (size_t)limit;
 }
 
-/* (frames, size, count), with peak: (frames, size, count, peak), for the
- * first n groups of order. */
 static PyObject *
-groups_to_list(const hw_groups_t *g, const uint32_t *order, size_t n, int with_peak)
+age_tuple(const uint64_t *buckets)
+{
+    PyObject *tuple = PyTuple_New(HW_AGE_BUCKETS);
+    for (int b = 0; tuple != NULL && b < HW_AGE_BUCKETS; b++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(buckets[b]);
+        if (v == NULL) {
+            Py_CLEAR(tuple);
+            break;
+        }
+        PyTuple_SET_ITEM(tuple, b, v);
+    }
+    return tuple;
+}
+
+enum { ROW_PLAIN, ROW_PEAK, ROW_AGES };
+
+/* (frames, size, count), then peak or the age histogram as the fourth
+ * field, for the first n groups of order. */
+static PyObject *
+groups_to_list(const hw_groups_t *g, const uint32_t *order, size_t n, int row)
 {
     PyObject *list = PyList_New((Py_ssize_t)n);
     if (list == NULL) {
@@ -332,9 +395,17 @@ groups_to_list(const hw_groups_t *g, const uint32_t *order, size_t n, int with_p
             return NULL;
         }
         unsigned long long size = grp->size, count = hw_count_round(grp->est_blocks);
-        PyObject *item = with_peak ? Py_BuildValue("(NKKK)", frames, size, count,
-                                                   (unsigned long long)grp->peak)
-                                   : Py_BuildValue("(NKK)", frames, size, count);
+        PyObject *item;
+        if (row == ROW_PEAK) {
+            item = Py_BuildValue("(NKKK)", frames, size, count, (unsigned long long)grp->peak);
+        }
+        else if (row == ROW_AGES) {
+            item = Py_BuildValue("(NKKN)", frames, size, count,
+                                 age_tuple(&g->ages[(size_t)order[i] * HW_AGE_BUCKETS]));
+        }
+        else {
+            item = Py_BuildValue("(NKK)", frames, size, count);
+        }
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -350,7 +421,20 @@ hw_groups_statistics(hw_groups_t *g, Py_ssize_t limit)
     if (ensure_order(g) < 0) {
         return NULL;
     }
-    return groups_to_list(g, g->order, clamp(limit, g->nlive), 0);
+    return groups_to_list(g, g->order, clamp(limit, g->nlive), ROW_PLAIN);
+}
+
+PyObject *
+hw_groups_ages(hw_groups_t *g, Py_ssize_t limit)
+{
+    if (g->ages == NULL) {
+        PyErr_SetString(PyExc_ValueError, "ages need a grouping made with ages=True");
+        return NULL;
+    }
+    if (ensure_order(g) < 0) {
+        return NULL;
+    }
+    return groups_to_list(g, g->order, clamp(limit, g->nlive), ROW_AGES);
 }
 
 PyObject *
@@ -360,7 +444,7 @@ hw_groups_peaks(hw_groups_t *g, Py_ssize_t limit)
     if (order == NULL) {
         return NULL;
     }
-    PyObject *list = groups_to_list(g, order, clamp(limit, g->ngroups), 1);
+    PyObject *list = groups_to_list(g, order, clamp(limit, g->ngroups), ROW_PEAK);
     hw_free(HW_MEM_SNAPSHOT, order);
     return list;
 }

@@ -113,6 +113,19 @@ Groups_peaks(GroupsObject *self, PyObject *args, PyObject *kwds)
 }
 
 static PyObject *
+Groups_ages(GroupsObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"limit", NULL};
+    PyObject *limit_obj = NULL;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:ages", kwlist, &limit_obj) ||
+        parse_limit(limit_obj, &limit) < 0) {
+        return NULL;
+    }
+    return hw_groups_ages(self->groups, limit);
+}
+
+static PyObject *
 Groups_get_peak(GroupsObject *self, void *closure)
 {
     (void)closure;
@@ -143,6 +156,9 @@ static PyMethodDef Groups_methods[] = {
     {"peaks", (PyCFunction)(void (*)(void))Groups_peaks, METH_VARARGS | METH_KEYWORDS,
      "peaks(limit=None) -> list of (frames, size, count, peak), by peak: each group's bytes in "
      "the state where the traced total reached its peak, sites with no live trace left included."},
+    {"ages", (PyCFunction)(void (*)(void))Groups_ages, METH_VARARGS | METH_KEYWORDS,
+     "ages(limit=None) -> list of (frames, size, count, histogram) in statistics order; "
+     "histogram: bytes by age in epochs, bucket 0 for age 0, bucket b for [2**(b-1), 2**b)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -243,11 +259,12 @@ parse_mask(SnapshotObject *self, PyObject *mask_obj, const unsigned char **mask,
 static PyObject *
 Snapshot_traces(SnapshotObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"mask", NULL};
+    static char *kwlist[] = {"mask", "ages", NULL};
     PyObject *mask_obj = NULL;
+    int ages = 0;
     const unsigned char *mask;
     size_t mask_len;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:traces", kwlist, &mask_obj) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Op:traces", kwlist, &mask_obj, &ages) ||
         parse_mask(self, mask_obj, &mask, &mask_len) < 0) {
         return NULL;
     }
@@ -270,9 +287,12 @@ Snapshot_traces(SnapshotObject *self, PyObject *args, PyObject *kwds)
             Py_DECREF(list);
             return NULL;
         }
-        PyObject *trace = Py_BuildValue("(IKNI)", snap->tbs[i]->domain,
-                                        (unsigned long long)snap->traces[k].size, frames,
-                                        (unsigned int)snap->tbs[i]->total_nframe);
+        unsigned int domain = snap->tbs[i]->domain;
+        unsigned long long size = snap->traces[k].size;
+        unsigned int total_nframe = snap->tbs[i]->total_nframe;
+        PyObject *trace = ages ? Py_BuildValue("(IKNII)", domain, size, frames, total_nframe,
+                                               (unsigned int)snap->traces[k].age)
+                               : Py_BuildValue("(IKNI)", domain, size, frames, total_nframe);
         if (trace == NULL || PyList_Append(list, trace) < 0) {
             Py_XDECREF(trace);
             Py_DECREF(list);
@@ -387,13 +407,14 @@ parse_key_type(PyObject *obj, hw_key_type_t *key_type)
 static PyObject *
 Snapshot_group(SnapshotObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"key_type", "cumulative", "mask", NULL};
+    static char *kwlist[] = {"key_type", "cumulative", "mask", "ages", NULL};
     PyObject *key_obj;
     int cumulative = 0;
+    int ages = 0;
     PyObject *mask_obj = Py_None;
     hw_key_type_t key_type;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pO:group", kwlist, &key_obj, &cumulative,
-                                     &mask_obj) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pOp:group", kwlist, &key_obj, &cumulative,
+                                     &mask_obj, &ages) ||
         parse_key_type(key_obj, &key_type) < 0) {
         return NULL;
     }
@@ -401,12 +422,20 @@ Snapshot_group(SnapshotObject *self, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "cumulative mode cannot by used with key type %R", key_obj);
         return NULL;
     }
+    if (ages && self->snap->traces == NULL) {
+        PyErr_SetString(PyExc_ValueError, "ages need a snapshot taken with traces (traces=True)");
+        return NULL;
+    }
+    if (ages && cumulative) {
+        PyErr_SetString(PyExc_ValueError, "ages cannot be histogrammed in cumulative mode");
+        return NULL;
+    }
     const unsigned char *mask;
     size_t mask_len;
     if (parse_mask(self, mask_obj, &mask, &mask_len) < 0) {
         return NULL;
     }
-    hw_groups_t *groups = hw_groups_build(self->snap, key_type, cumulative, mask, mask_len);
+    hw_groups_t *groups = hw_groups_build(self->snap, key_type, cumulative, mask, mask_len, ages);
     if (groups == NULL) {
         return NULL;
     }
@@ -437,17 +466,20 @@ SNAP_GETTER(blocks, PyLong_FromUnsignedLongLong(hw_count_round(snap->est_blocks)
 SNAP_GETTER(has_traces, PyBool_FromLong(snap->traces != NULL))
 SNAP_GETTER(ntraces, PyLong_FromSize_t(snap->ntraces))
 SNAP_GETTER(ntracebacks, PyLong_FromUnsignedLong(snap->ntbs))
+SNAP_GETTER(epoch, PyLong_FromUnsignedLong(snap->epoch))
 
 static PyMethodDef Snapshot_methods[] = {
     {"traces", (PyCFunction)(void (*)(void))Snapshot_traces, METH_VARARGS | METH_KEYWORDS,
-     "traces(mask=None) -> list of (domain, size, frames, total_nframe)."},
+     "traces(mask=None, ages=False) -> list of (domain, size, frames, total_nframe), with "
+     "ages=True (domain, size, frames, total_nframe, age): age in epochs, at most MAX_AGE."},
     {"tracebacks", (PyCFunction)(void (*)(void))Snapshot_tracebacks, METH_VARARGS | METH_KEYWORDS,
      "tracebacks(names=False, peaks=False) -> list of (domain, frames, total_nframe, size, count), "
      "one per traceback; with names=True a frame is (filename, lineno, function); with "
      "peaks=True each row ends with the traceback's bytes at the peak, and the tracebacks "
      "holding only a peak follow."},
     {"group", (PyCFunction)(void (*)(void))Snapshot_group, METH_VARARGS | METH_KEYWORDS,
-     "group(key_type, cumulative=False, mask=None) -> Groups."},
+     "group(key_type, cumulative=False, mask=None, ages=False) -> Groups; ages=True "
+     "histograms the traces by age (Groups.ages())."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -462,6 +494,7 @@ static PyGetSetDef Snapshot_getset[] = {
     GETSET(has_traces, "whether traces() is available"),
     GETSET(ntraces, "number of traces held"),
     GETSET(ntracebacks, "number of distinct tracebacks held"),
+    GETSET(epoch, "the age epoch when taken (set_epoch())"),
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -552,6 +585,32 @@ core_reset_peak(PyObject *module, PyObject *unused)
     (void)unused;
     hw_reset_peak();
     Py_RETURN_NONE;
+}
+
+static PyObject *
+core_set_epoch(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    unsigned long epoch = PyLong_AsUnsignedLong(arg);
+    if (epoch == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    uint32_t now = hw_get_epoch();
+    if (epoch > UINT32_MAX || epoch < now) {
+        PyErr_Format(PyExc_ValueError, "epoch must be in [%u, %u] (it never moves back), got %lu",
+                     now, UINT32_MAX, epoch);
+        return NULL;
+    }
+    hw_set_epoch((uint32_t)epoch);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_get_epoch(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromUnsignedLong(hw_get_epoch());
 }
 
 static PyObject *
@@ -903,6 +962,10 @@ static PyMethodDef core_methods[] = {
     {"is_tracing", core_is_tracing, METH_NOARGS, NULL},
     {"clear_traces", core_clear_traces, METH_NOARGS, NULL},
     {"reset_peak", core_reset_peak, METH_NOARGS, NULL},
+    {"set_epoch", core_set_epoch, METH_O,
+     "set_epoch(epoch): traces recorded from now on are of this epoch (the agent's cycle); "
+     "an age is a number of epochs"},
+    {"get_epoch", core_get_epoch, METH_NOARGS, NULL},
     {"get_traceback_limit", core_get_traceback_limit, METH_NOARGS, NULL},
     {"get_traced_memory", core_get_traced_memory, METH_NOARGS, "-> (current, peak)"},
     {"get_tracemalloc_memory", core_get_tracemalloc_memory, METH_NOARGS,
@@ -969,6 +1032,8 @@ PyInit__core(void)
         PyModule_AddObject(module, "MAX_SAMPLE_INTERVAL",
                            PyLong_FromUnsignedLongLong(HW_MAX_SAMPLE_INTERVAL)) < 0 ||
         PyModule_AddIntConstant(module, "DEFAULT_SAMPLE_INTERVAL", HW_DEFAULT_SAMPLE_INTERVAL) < 0 ||
+        PyModule_AddIntConstant(module, "MAX_AGE", HW_MAX_AGE) < 0 ||
+        PyModule_AddIntConstant(module, "AGE_BUCKETS", HW_AGE_BUCKETS) < 0 ||
         register_at_exit(module) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -139,6 +139,7 @@ copy_traces_unlocked(const hw_traces_t *table, const uint32_t *local, hw_snap_tr
         const hw_slot_t *slot = &table->slots[i];
         if (slot->ptr != 0) {
             out[n].tb = local[slot->tb] - 1;
+            out[n].age = (uint16_t)hw_traces_slot_age_unlocked(slot);
             out[n].size = hw_traces_slot_size_unlocked(table, slot);
             n++;
         }
@@ -206,6 +207,7 @@ take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t loca
     snap->traced = hw_tracer.traced;
     snap->peak = hw_tracer.peak;
     snap->est_blocks = hw_tracer.est_blocks;
+    snap->epoch = hw_traces_epoch_unlocked();
     return 0;
 }
 

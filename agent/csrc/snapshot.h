@@ -25,6 +25,7 @@
 
 typedef struct {
     uint32_t tb; /* index in the snapshot's tracebacks */
+    uint16_t age; /* epochs, at most HW_MAX_AGE */
     uint64_t size;
 } hw_snap_trace_t;
 
@@ -49,6 +50,7 @@ typedef struct {
     uint64_t traced;
     uint64_t peak;
     uint64_t est_blocks;
+    uint32_t epoch; /* the age epoch when taken */
     /* Resolution, GIL. */
     PyObject *filenames; /* dict: canonical filename objects */
     hw_rframe_t *rframes; /* flat: frames of traceback i start at rf_off[i] */

@@ -87,15 +87,22 @@ publish_state_unlocked(void)
 void
 hw_weigh(size_t size, uint64_t *est_size, uint64_t *est_blocks)
 {
-    if (hw_tracer.mode == HW_MODE_EXACT) {
+    hw_weigh_as(hw_tracer.mode, hw_tracer.sample_interval, size, est_size, est_blocks);
+}
+
+void
+hw_weigh_as(int mode, uint64_t sample_interval, size_t size, uint64_t *est_size,
+            uint64_t *est_blocks)
+{
+    if (mode == HW_MODE_EXACT) {
         *est_size = size;
         *est_blocks = HW_COUNT_ONE;
         return;
     }
     /* p = 1 - exp(-size / interval); -expm1 keeps precision for small sizes. */
-    double p = -expm1(-(double)size / (double)hw_tracer.sample_interval);
+    double p = -expm1(-(double)size / (double)sample_interval);
     if (!(p > 0.0)) {
-        p = 1.0 / (double)hw_tracer.sample_interval; /* size 0: weigh as 1 byte */
+        p = 1.0 / (double)sample_interval; /* size 0: weigh as 1 byte */
     }
     double weight = 1.0 / p;
     *est_size = (uint64_t)llround((double)size * weight);
@@ -531,6 +538,7 @@ hw_stop(void)
     publish_state_unlocked();
     __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
     reset_tables_unlocked();
+    hw_traces_reset_epoch_unlocked();
     hw_unlock();
     hw_interpose_uninstall();
     hw_reftracer_uninstall();
@@ -564,6 +572,39 @@ hw_reset_peak(void)
     hw_tracer.peak = hw_tracer.traced;
     hw_peak_commit_unlocked();
     hw_unlock();
+}
+
+void
+hw_set_epoch(uint32_t epoch)
+{
+    hw_lock();
+    /* Queued changes happened before: they take the old epoch. */
+    hw_flush_unlocked();
+    size_t n = 0;
+    hw_traces_t **tables = NULL;
+    if (tables_ready) {
+        tables = hw_malloc(HW_MEM_TRACER, (hw_tracer.ndomains + 1) * sizeof(*tables));
+        if (tables != NULL) {
+            tables[n++] = &hw_tracer.traces;
+            for (size_t i = 0; i < hw_tracer.ndomains; i++) {
+                tables[n++] = &hw_tracer.domains[i].traces;
+            }
+        }
+    }
+    /* Out of memory, the ages of older traces may be understated after
+     * 2**16 epochs: better than failing the agent's cycle. */
+    hw_traces_set_epoch_unlocked(epoch, tables, n);
+    hw_unlock();
+    hw_free(HW_MEM_TRACER, tables);
+}
+
+uint32_t
+hw_get_epoch(void)
+{
+    hw_lock();
+    uint32_t epoch = hw_traces_epoch_unlocked();
+    hw_unlock();
+    return epoch;
 }
 
 void

@@ -122,6 +122,9 @@ hw_count_dropped(void)
 }
 
 void hw_weigh(size_t size, uint64_t *est_size, uint64_t *est_blocks);
+/* The same for a snapshot's mode and sample interval. */
+void hw_weigh_as(int mode, uint64_t sample_interval, size_t size, uint64_t *est_size,
+                 uint64_t *est_blocks);
 
 /* tb's size in the interval's peak state; hw_tables_lock held, queue applied. */
 static inline uint64_t
@@ -185,6 +188,9 @@ int hw_start(int max_nframe, int mode, uint64_t sample_interval);
 void hw_stop(void);
 void hw_clear_traces(void);
 void hw_reset_peak(void);
+/* The age epoch (traces.h): new traces get it; it never moves back. */
+void hw_set_epoch(uint32_t epoch);
+uint32_t hw_get_epoch(void);
 void hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *est_blocks);
 size_t hw_tracer_memory(void);
 void hw_at_exit(void);

@@ -6,6 +6,11 @@
 
 #define MIN_CAPACITY 1024u
 
+/* Guarded by hw_tables_lock: the current epoch, and the same in place in an
+ * address word. */
+static uint32_t epoch_now;
+static uintptr_t epoch_bits;
+
 static inline size_t
 home(const hw_traces_t *t, uintptr_t ptr)
 {
@@ -65,15 +70,22 @@ hw_traces_footprint(const hw_traces_t *t)
     return bytes;
 }
 
-/* Slot index of ptr, or of the empty slot where it would go. */
+/* Slot index of ptr (at most 48 bits), or of the empty slot where it would go. */
 static inline size_t
 probe(const hw_traces_t *t, uintptr_t ptr)
 {
     size_t i = home(t, ptr);
-    while (t->slots[i].ptr != 0 && t->slots[i].ptr != ptr) {
+    while (t->slots[i].ptr != 0 && hw_slot_ptr(&t->slots[i]) != ptr) {
         i = (i + 1) & t->mask;
     }
     return i;
+}
+
+/* Whether slot i holds ptr's trace. */
+static inline int
+holds(const hw_traces_t *t, size_t i, uintptr_t ptr)
+{
+    return t->slots[i].ptr != 0 && hw_slot_ptr(&t->slots[i]) == ptr;
 }
 
 static __attribute__((noinline)) int
@@ -89,10 +101,10 @@ rehash(hw_traces_t *t, size_t capacity)
     size_t n = t->mask + 1;
     for (size_t i = 0; i < n; i++) {
         if (i + ahead < n && t->slots[i + ahead].ptr != 0) {
-            __builtin_prefetch(&fresh.slots[home(&fresh, t->slots[i + ahead].ptr)], 1);
+            __builtin_prefetch(&fresh.slots[home(&fresh, hw_slot_ptr(&t->slots[i + ahead]))], 1);
         }
         if (t->slots[i].ptr != 0) {
-            fresh.slots[probe(&fresh, t->slots[i].ptr)] = t->slots[i];
+            fresh.slots[probe(&fresh, hw_slot_ptr(&t->slots[i]))] = t->slots[i];
         }
     }
     hw_free(HW_MEM_TRACER, t->slots);
@@ -106,8 +118,10 @@ static inline int
 put_slot(hw_traces_t *t, uintptr_t ptr, uint32_t tb, uint32_t size, hw_slot_t *old)
 {
     size_t i = probe(t, ptr);
-    if (t->slots[i].ptr == ptr) {
+    if (t->slots[i].ptr != 0) {
+        /* ptr's trace: replaced by a new one, of this epoch */
         *old = t->slots[i];
+        t->slots[i].ptr = ptr | epoch_bits;
         t->slots[i].tb = tb;
         t->slots[i].size = size;
         return 1;
@@ -119,7 +133,7 @@ put_slot(hw_traces_t *t, uintptr_t ptr, uint32_t tb, uint32_t size, hw_slot_t *o
         }
         i = probe(t, ptr);
     }
-    t->slots[i].ptr = ptr;
+    t->slots[i].ptr = ptr | epoch_bits;
     t->slots[i].tb = tb;
     t->slots[i].size = size;
     t->count++;
@@ -137,7 +151,7 @@ delete_at(hw_traces_t *t, size_t i)
         if (t->slots[j].ptr == 0) {
             break;
         }
-        size_t k = home(t, t->slots[j].ptr);
+        size_t k = home(t, hw_slot_ptr(&t->slots[j]));
         int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
         if (!stays) {
             t->slots[i] = t->slots[j];
@@ -175,8 +189,11 @@ hw_traces_compact_unlocked(hw_traces_t *t)
 static int
 pop_slot(hw_traces_t *t, uintptr_t ptr, hw_slot_t *out)
 {
+    if (__builtin_expect(ptr > HW_PTR_MASK, 0)) {
+        return 0; /* never traced */
+    }
     size_t i = probe(t, ptr);
-    if (t->slots[i].ptr != ptr) {
+    if (t->slots[i].ptr == 0) {
         return 0;
     }
     *out = t->slots[i];
@@ -189,7 +206,7 @@ big_size(const hw_traces_t *t, uintptr_t ptr)
 {
     if (t->big != NULL) {
         size_t i = probe(t->big, ptr);
-        if (t->big->slots[i].ptr == ptr) {
+        if (holds(t->big, i, ptr)) {
             return (size_t)t->big->slots[i].tb | ((size_t)t->big->slots[i].size << 32);
         }
     }
@@ -199,7 +216,61 @@ big_size(const hw_traces_t *t, uintptr_t ptr)
 size_t
 hw_traces_slot_size_unlocked(const hw_traces_t *t, const hw_slot_t *slot)
 {
-    return slot->size == HW_SIZE_BIG ? big_size(t, slot->ptr) : slot->size;
+    return slot->size == HW_SIZE_BIG ? big_size(t, hw_slot_ptr(slot)) : slot->size;
+}
+
+uint32_t
+hw_traces_slot_age_unlocked(const hw_slot_t *slot)
+{
+    uint32_t age = (uint16_t)(epoch_now - (uint32_t)(slot->ptr >> HW_PTR_BITS));
+    return age < HW_MAX_AGE ? age : HW_MAX_AGE;
+}
+
+uint32_t
+hw_traces_epoch_unlocked(void)
+{
+    return epoch_now;
+}
+
+void
+hw_traces_reset_epoch_unlocked(void)
+{
+    epoch_now = 0;
+    epoch_bits = 0;
+}
+
+/* Saturates the ages of a table's traces at HW_MAX_AGE, as of epoch. */
+static void
+saturate_ages(hw_traces_t *t, uint32_t epoch)
+{
+    for (size_t i = 0; i <= t->mask; i++) {
+        hw_slot_t *slot = &t->slots[i];
+        if (slot->ptr == 0) {
+            continue;
+        }
+        /* Exact: every age is below 2**16 as of epoch_now. */
+        uint64_t age = (uint16_t)(epoch_now - (uint32_t)(slot->ptr >> HW_PTR_BITS)) +
+                       (uint64_t)(epoch - epoch_now);
+        if (age > HW_MAX_AGE) {
+            age = HW_MAX_AGE;
+        }
+        uintptr_t stamp = (uint16_t)(epoch - (uint32_t)age);
+        slot->ptr = hw_slot_ptr(slot) | (stamp << HW_PTR_BITS);
+    }
+}
+
+void
+hw_traces_set_epoch_unlocked(uint32_t epoch, hw_traces_t *const *tables, size_t n)
+{
+    /* Within one block of HW_MAX_AGE epochs, ages stay below 2 * HW_MAX_AGE
+     * = 2**16 from one pass to the next. */
+    if (epoch - epoch_now >= HW_MAX_AGE || epoch / HW_MAX_AGE != epoch_now / HW_MAX_AGE) {
+        for (size_t k = 0; k < n; k++) {
+            saturate_ages(tables[k], epoch);
+        }
+    }
+    epoch_now = epoch;
+    epoch_bits = (uintptr_t)(uint16_t)epoch << HW_PTR_BITS;
 }
 
 static __attribute__((noinline, cold)) void
@@ -235,7 +306,7 @@ static __attribute__((noinline, cold)) int
 put_big(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, hw_trace_t *old)
 {
     size_t i = probe(t, ptr);
-    if (t->slots[i].ptr == ptr) {
+    if (holds(t, i, ptr)) {
         /* Replace: the slot exists, so only the side table can fail. */
         size_t old_size = hw_traces_slot_size_unlocked(t, &t->slots[i]);
         if (set_big(t, ptr, size) < 0) {
@@ -244,6 +315,7 @@ put_big(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, hw_trace_t *old
         old->ptr = ptr;
         old->tb = t->slots[i].tb;
         old->size = old_size;
+        t->slots[i].ptr = ptr | epoch_bits;
         t->slots[i].tb = tb;
         t->slots[i].size = HW_SIZE_BIG;
         return 1;
@@ -262,6 +334,9 @@ put_big(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, hw_trace_t *old
 int
 hw_traces_put_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, size_t size, hw_trace_t *old)
 {
+    if (__builtin_expect(ptr > HW_PTR_MASK, 0)) {
+        return -1; /* no room for the epoch: dropped */
+    }
     if (__builtin_expect(size >= HW_SIZE_BIG, 0)) {
         return put_big(t, ptr, tb, size, old);
     }
@@ -305,8 +380,11 @@ hw_traces_pop_unlocked(hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
 static hw_slot_t *
 find(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
 {
+    if (__builtin_expect(ptr > HW_PTR_MASK, 0)) {
+        return NULL;
+    }
     size_t i = probe(t, ptr);
-    if (t->slots[i].ptr != ptr) {
+    if (t->slots[i].ptr == 0) {
         return NULL;
     }
     out->ptr = ptr;
@@ -322,6 +400,8 @@ hw_traces_retag_unlocked(hw_traces_t *t, uintptr_t ptr, uint32_t tb, hw_trace_t 
     if (slot == NULL) {
         return 0;
     }
+    /* A block handed back by a free list is a new object: of this epoch. */
+    slot->ptr = ptr | epoch_bits;
     slot->tb = tb;
     return 1;
 }

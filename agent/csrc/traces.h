@@ -6,6 +6,15 @@
  * the issue budgets (48 bytes at most), so sizes of 4 GiB and more are marked
  * HW_SIZE_BIG and kept in a small side table that real workloads rarely touch.
  *
+ * The age of a trace (the epoch it was allocated in, _core.set_epoch()) takes
+ * no room of its own: user-space addresses fit in 48 bits (x86-64 with 4-level
+ * page tables, AArch64 without pointer tags), so the address word keeps the
+ * epoch modulo 2**16 in its high 16 bits.  A block whose address does not fit
+ * is not traced (counted as dropped).  hw_traces_set_epoch_unlocked() keeps
+ * every age below 2**16 epochs, so the 16 bits never wrap onto a younger age:
+ * when the epoch crosses a multiple of HW_MAX_AGE (or jumps by as much), one
+ * pass over the tables saturates the ages at HW_MAX_AGE.
+ *
  * Every function that takes a table expects hw_tables_lock to be held.
  */
 #ifndef HEAPWATCH_TRACES_H
@@ -15,9 +24,13 @@
 #include <stdint.h>
 
 #define HW_SIZE_BIG UINT32_MAX
+#define HW_PTR_BITS 48
+#define HW_PTR_MASK (((uintptr_t)1 << HW_PTR_BITS) - 1)
+/* Ages are reported up to this many epochs; older ones as this. */
+#define HW_MAX_AGE 32768u
 
 typedef struct {
-    uintptr_t ptr; /* 0 marks an empty slot */
+    uintptr_t ptr; /* address | epoch << HW_PTR_BITS; 0 marks an empty slot */
     uint32_t tb;   /* id of an interned traceback */
     uint32_t size; /* HW_SIZE_BIG: the size is in the side table */
 } hw_slot_t;
@@ -33,8 +46,18 @@ typedef struct hw_traces {
 typedef struct {
     uintptr_t ptr;
     uint32_t tb;
+    uint16_t epoch; /* modulo 2**16 */
     size_t size;
 } hw_trace_t;
+
+static inline uintptr_t
+hw_slot_ptr(const hw_slot_t *slot)
+{
+    return slot->ptr & HW_PTR_MASK;
+}
+
+/* The age in epochs of a slot's trace, at most HW_MAX_AGE. */
+uint32_t hw_traces_slot_age_unlocked(const hw_slot_t *slot);
 
 /* Starts loading the cache line where ptr's slot lives, without the lock:
  * the hooks call it before walking frames, so the table's cache miss
@@ -73,5 +96,11 @@ int hw_traces_get_unlocked(const hw_traces_t *t, uintptr_t ptr, hw_trace_t *out)
 void hw_traces_compact_unlocked(hw_traces_t *t);
 /* Full size of an occupied slot. */
 size_t hw_traces_slot_size_unlocked(const hw_traces_t *t, const hw_slot_t *slot);
+/* The epoch new and replaced traces get; the tables are the domain tables
+ * (n of them), whose ages are saturated if the move needs it (see above). */
+void hw_traces_set_epoch_unlocked(uint32_t epoch, hw_traces_t *const *tables, size_t n);
+uint32_t hw_traces_epoch_unlocked(void);
+/* Back to epoch 0, when no trace is left (stop). */
+void hw_traces_reset_epoch_unlocked(void);
 
 #endif

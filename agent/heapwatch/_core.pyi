@@ -8,10 +8,17 @@ The C/Python boundary is plain tuples of documented shapes:
     Statistic  = (frames, size, count)
     Diff       = (frames, size, size_diff, count, count_diff)
     Peak       = (frames, size, count, peak)
+    AgedTrace  = (domain, size, frames, total_nframe, age)
+    Ages       = (frames, size, count, histogram)
 
 A peak is bytes in the state where the traced total reached its peak (since
 the last reset_peak() or take_snapshot(reset_peak=True)): per-site peaks sum
 to ``Snapshot.peak``.  Sites whose traces are all gone since still have one.
+
+An age is a number of epochs (``set_epoch()``, which the agent calls each
+cycle) since the trace was recorded, at most ``MAX_AGE``; a histogram has
+``AGE_BUCKETS`` byte counts: bucket 0 for age 0, bucket b for ages in
+[2**(b-1), 2**b).
 
 In sample mode every size and count is an unbiased estimate; a trace's own
 size (in ``Snapshot.traces()``) is the sampled block's real size.
@@ -25,6 +32,8 @@ RawTrace = tuple[int, int, Frames, int]
 RawStatistic = tuple[Frames, int, int]
 RawDiff = tuple[Frames, int, int, int, int]
 RawPeak = tuple[Frames, int, int, int]
+RawAgedTrace = tuple[int, int, Frames, int, int]
+RawAges = tuple[Frames, int, int, tuple[int, ...]]
 RawTracebackInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int]
 RawTracebackPeakInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int, int]
 KeyType = Literal["traceback", "filename", "lineno"]
@@ -33,6 +42,8 @@ Mode = Literal["exact", "sample"]
 MAX_NFRAME: int
 MAX_SAMPLE_INTERVAL: int
 DEFAULT_SAMPLE_INTERVAL: int
+MAX_AGE: int
+AGE_BUCKETS: int
 
 class Config(TypedDict):
     tracing: bool
@@ -67,6 +78,8 @@ class Groups:
         """Every group by peak (then size, count, key) descending, those with
         no live trace left (size and count 0) included; statistics(),
         compare(), growth() and len() leave those out."""
+    def ages(self, limit: int | None = None) -> list[RawAges]:
+        """statistics() with each group's bytes by age; needs group(ages=True)."""
 
 class Snapshot:
     """The tracer's state at one moment; tracebacks pinned, lines resolved lazily."""
@@ -89,8 +102,13 @@ class Snapshot:
     def ntraces(self) -> int: ...
     @property
     def ntracebacks(self) -> int: ...
-    def traces(self, mask: bytes | None = None) -> list[RawTrace]:
+    @property
+    def epoch(self) -> int: ...
+    @overload
+    def traces(self, mask: bytes | None = None, ages: Literal[False] = False) -> list[RawTrace]:
         """Every trace (of the tracebacks the mask keeps); needs traces=True."""
+    @overload
+    def traces(self, mask: bytes | None = None, *, ages: Literal[True]) -> list[RawAgedTrace]: ...
     @overload
     def tracebacks(
         self, names: bool = False, peaks: Literal[False] = False
@@ -108,14 +126,25 @@ class Snapshot:
         may then have one byte per row (a mask of one byte per live
         traceback keeps those)."""
     def group(
-        self, key_type: KeyType, cumulative: bool = False, mask: bytes | None = None
-    ) -> Groups: ...
+        self,
+        key_type: KeyType,
+        cumulative: bool = False,
+        mask: bytes | None = None,
+        ages: bool = False,
+    ) -> Groups:
+        """ages=True histograms the traces by age (a snapshot with traces, not
+        cumulative): Groups.ages()."""
 
 def start(nframe: int = 1, mode: Mode = "exact", sample_interval: int = ...) -> None: ...
 def stop() -> None: ...
 def is_tracing() -> bool: ...
 def clear_traces() -> None: ...
 def reset_peak() -> None: ...
+def set_epoch(epoch: int) -> None:
+    """Traces recorded from now on are of this epoch; it never moves back
+    (ValueError) and is 0 again after stop()."""
+
+def get_epoch() -> int: ...
 def get_traceback_limit() -> int: ...
 def get_traced_memory() -> tuple[int, int]: ...
 def get_tracemalloc_memory() -> int: ...
