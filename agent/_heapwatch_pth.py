@@ -10,7 +10,7 @@ interpreters reach the warning too.
 """
 
 try:
-    import heapwatch._autostart  # noqa: F401 (importing it starts the agent)
+    import heapwatch.agent.autostart  # noqa: F401 (importing it starts the agent)
 except ImportError as exc:
     import logging
 

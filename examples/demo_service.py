@@ -96,7 +96,7 @@ def heapwatch_metrics_url() -> str:
     """The agent's /metrics URL in this process.  heapwatch is not imported:
     if the auto-start hook loaded it, its URL (the port rule may have moved
     it past a busy HEAPWATCH_PORT) is read from the loaded module."""
-    agent_module = sys.modules.get("heapwatch._agent")
+    agent_module = sys.modules.get("heapwatch.agent.agent")
     agent = agent_module.get_agent() if agent_module is not None else None  # type: ignore[attr-defined]
     if agent is not None and agent.metrics_url:
         return str(agent.metrics_url)

@@ -16,12 +16,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -101,18 +100,6 @@ def free_ports(count: int = 1) -> int:
         if all(_bindable(base + i) for i in range(count)):
             return base
     raise RuntimeError("no block of free ports")
-
-
-def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05) -> T:
-    """Polls ``check`` until it returns something true; fails after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {check}")
-        time.sleep(interval)
 
 
 def fetch(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None) -> str | None:

@@ -12,15 +12,15 @@ from heapwatch._interpreter import check as _check_interpreter
 _check_interpreter()
 
 from heapwatch._errors import HeapwatchError  # noqa: E402
+from heapwatch._version import __version__  # noqa: E402
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import Any
 
-    from heapwatch._agent import Agent, CycleResult, Site, get_agent, start_agent, stop_agent
-    from heapwatch._config import AgentConfig, ConfigError
-
-__version__ = "0.1.0"
+    from heapwatch.agent.agent import Agent, get_agent, start_agent, stop_agent
+    from heapwatch.agent.config import AgentConfig, ConfigError
+    from heapwatch.agent.interface import CycleResult, Site
 
 __all__ = [
     "Agent",
@@ -38,14 +38,14 @@ __all__ = [
 # Imported on first use, so that ``import heapwatch`` (and the auto-start
 # hook when it is off) stays light.
 _LAZY = {
-    "Agent": "heapwatch._agent",
-    "CycleResult": "heapwatch._agent",
-    "Site": "heapwatch._agent",
-    "get_agent": "heapwatch._agent",
-    "start_agent": "heapwatch._agent",
-    "stop_agent": "heapwatch._agent",
-    "AgentConfig": "heapwatch._config",
-    "ConfigError": "heapwatch._config",
+    "Agent": "heapwatch.agent.agent",
+    "CycleResult": "heapwatch.agent.interface",
+    "Site": "heapwatch.agent.interface",
+    "get_agent": "heapwatch.agent.agent",
+    "start_agent": "heapwatch.agent.agent",
+    "stop_agent": "heapwatch.agent.agent",
+    "AgentConfig": "heapwatch.agent.config",
+    "ConfigError": "heapwatch.agent.config",
 }
 
 

@@ -1,6 +1,6 @@
 """``python -m heapwatch``: the ``heapwatch`` command."""
 
-from heapwatch._cli import main
+from heapwatch.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

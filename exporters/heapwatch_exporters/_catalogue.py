@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Callable, NamedTuple
 
-from heapwatch._agent import Readings, Site
+from heapwatch.agent.interface import Readings, Site
 
 __all__ = [
     "CATALOGUE",

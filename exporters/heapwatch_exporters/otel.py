@@ -22,16 +22,16 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
-from heapwatch import __version__
-from heapwatch._agent import Agent, Readings
-from heapwatch._config import env_value
-from heapwatch._problems import ProblemLog
-from heapwatch._threads import start_thread
+from heapwatch._version import __version__
+from heapwatch.agent.config import AgentConfig, env_value
+from heapwatch.agent.interface import AgentView, Readings, ReadingsSource
+from heapwatch.agent.problems import ProblemLog
+from heapwatch.agent.threads import start_thread
 from heapwatch_exporters._catalogue import (
     CATALOGUE,
     OTEL_ATTRIBUTE_FILE,
@@ -47,7 +47,6 @@ __all__ = ["OtelExporter", "build_meter_provider", "configured_meter_provider"]
 log = logging.getLogger("heapwatch.otel")
 problems = ProblemLog(log)
 
-ReadingsSource = Callable[[], Optional[Readings]]
 
 DEFAULT_EXPORT_INTERVAL_MS = 60000.0
 DEFAULT_EXPORT_TIMEOUT_MS = 30000.0
@@ -342,7 +341,15 @@ class OtelExporter:
         self._own: tuple[MetricReader, _ExportThread] | None = None
         self.meter_provider: MeterProvider | None = None
 
-    def start(self, agent: Agent) -> None:
+    @classmethod
+    def from_config(
+        cls, config: AgentConfig, *, meter_provider: MeterProvider | None = None
+    ) -> OtelExporter:
+        """The exporter the agent builds for ``HEAPWATCH_EXPORTERS=otlp`` (the
+        entry point ``heapwatch.exporters: otlp``)."""
+        return cls(meter_provider=meter_provider)
+
+    def start(self, agent: AgentView) -> None:
         env = os.environ if self._environ is None else self._environ
         provider = self._given if self._given is not None else configured_meter_provider()
         if provider is None:

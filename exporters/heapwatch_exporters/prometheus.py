@@ -19,7 +19,7 @@ import logging
 import sys
 import weakref
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client import make_asgi_app as _make_asgi_app
@@ -32,8 +32,10 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from heapwatch import __version__
-from heapwatch._agent import Agent, Readings, get_agent
+from heapwatch._version import __version__
+from heapwatch.agent.agent import Agent, get_agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.interface import AgentView, Readings, ReadingsSource
 from heapwatch_exporters._catalogue import CATALOGUE, LABEL_FILE, LABEL_LINE
 from heapwatch_exporters._catalogue import Metric as CatalogueMetric
 
@@ -48,8 +50,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("heapwatch.prometheus")
-
-ReadingsSource = Callable[[], Optional[Readings]]
 
 
 def _running_agent_readings() -> Readings | None:
@@ -163,7 +163,15 @@ class PrometheusExporter:
         self.registry: CollectorRegistry | None = None
         self._collector: HeapwatchCollector | None = None
 
-    def start(self, agent: Agent) -> None:
+    @classmethod
+    def from_config(
+        cls, config: AgentConfig, *, registry: CollectorRegistry | None = None
+    ) -> PrometheusExporter:
+        """The exporter the agent builds for ``HEAPWATCH_EXPORTERS=prometheus``
+        (the entry point ``heapwatch.exporters: prometheus``)."""
+        return cls(registry=registry)
+
+    def start(self, agent: AgentView) -> None:
         if self.registry is None:
             registry = self._given_registry
             if registry is None:
@@ -188,10 +196,10 @@ class PrometheusExporter:
 
 
 # The registry each agent publishes to, for make_wsgi_app()/make_asgi_app().
-_registries: weakref.WeakKeyDictionary[Agent, CollectorRegistry] = weakref.WeakKeyDictionary()
+_registries: weakref.WeakKeyDictionary[AgentView, CollectorRegistry] = weakref.WeakKeyDictionary()
 
 
-def registry_for(agent: Agent) -> CollectorRegistry:
+def registry_for(agent: AgentView) -> CollectorRegistry:
     """The registry ``agent`` publishes to; one with heapwatch's collector is
     made for an agent without the Prometheus exporter."""
     registry = _registries.get(agent)

@@ -20,8 +20,8 @@ from agent_process import (
     parse,
     running,
     site_values,
-    wait_for,
 )
+from waiting import wait_for
 
 LEAKY = """\
 import time
@@ -168,7 +168,7 @@ def test_bad_values_warn_name_the_variable_and_the_service_runs(tmp_path: Path) 
 
 def test_a_bad_enabled_value_warns_and_leaves_heapwatch_off(tmp_path: Path) -> None:
     done = run_python(
-        "import sys; print('heapwatch._agent' in sys.modules)\n",
+        "import sys; print('heapwatch.agent.agent' in sys.modules)\n",
         tmp_path,
         HEAPWATCH_ENABLED="maybe",
     )

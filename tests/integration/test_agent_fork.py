@@ -23,11 +23,11 @@ from agent_process import (
     parse,
     running,
     site_values,
-    wait_for,
 )
-from heapwatch._agent import Agent
-from heapwatch._config import AgentConfig
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
 from heapwatch_exporters.prometheus import PrometheusExporter
+from waiting import wait_for
 
 
 class RecordingExporter:

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 import heapwatch
-from agent_process import wait_for
 from heapwatch import _core
+from waiting import wait_for
 
 
 @pytest.fixture(autouse=True)

@@ -15,10 +15,10 @@ import pytest
 
 from agent_model import ModelSource
 from agent_process import free_ports
-from heapwatch._agent import Agent
-from heapwatch._config import AgentConfig
-from heapwatch._router import Router
-from heapwatch._server import Server
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.server.http import Server
+from heapwatch.server.router import Router
 
 
 def hello(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:

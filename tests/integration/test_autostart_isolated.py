@@ -15,7 +15,7 @@ from agent_process import clean_env, installed_python, run_script
 PROBE = textwrap.dedent(
     """\
     import sys
-    agent = sys.modules.get("heapwatch._agent")
+    agent = sys.modules.get("heapwatch.agent.agent")
     print("agent running:", bool(agent and agent.get_agent()))
     sys.stdout.flush()
     sys._debugmallocstats()
@@ -99,7 +99,7 @@ SUBINTERPRETER = textwrap.dedent(
 
     _testcapi.run_in_subinterp(
         "import sys, threading; "
-        "print('sub', 'heapwatch._agent' in sys.modules, len(threading.enumerate()))"
+        "print('sub', 'heapwatch.agent.agent' in sys.modules, len(threading.enumerate()))"
     )
     print("main", len(threading.enumerate()))
     """

@@ -18,12 +18,14 @@ import pytest
 from agent_model import ModelSource
 from heapwatch import _core
 from heapwatch import tracemalloc as hw_tm
-from heapwatch._agent import Agent
-from heapwatch._cli import main
-from heapwatch._config import AgentConfig
-from heapwatch._dumps import CoreDumpSource, DumpService, iter_traces
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.source import CoreSource
+from heapwatch.cli import main
 from heapwatch.formats.dump import read_dump
 from heapwatch.formats.pprof import decode_profile
+from heapwatch.server.debug_routes import ServedDumpService
+from heapwatch.server.dumps import DumpService, iter_traces
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -221,7 +223,7 @@ class FailingSource:
 def test_an_unexpected_failure_is_a_500_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     config = AgentConfig(port=0, interval=3600, token=TOKEN, exporters=())
     agent = Agent(
-        config, source=ModelSource(), exporters=[DumpService(config, source=FailingSource())]
+        config, source=ModelSource(), exporters=[ServedDumpService(config, source=FailingSource())]
     )
     assert agent.start()
     try:
@@ -339,7 +341,7 @@ class HeldSource:
     def snapshot(self, traces: bool) -> _core.Snapshot:
         self.entered.set()
         assert self.release.wait(30)
-        return CoreDumpSource().snapshot(traces)
+        return CoreSource().snapshot(traces)
 
 
 def test_one_dump_at_a_time_a_second_gets_429(start_agent: Callable[..., Agent]) -> None:
@@ -362,7 +364,7 @@ def test_one_dump_at_a_time_a_second_gets_429(start_agent: Callable[..., Agent])
 def test_a_snapshot_in_flight_refuses_a_concurrent_one(tmp_path: Path) -> None:
     config = AgentConfig(port=0, interval=3600, mode="exact", token=TOKEN)
     held = HeldSource()
-    service = DumpService(config, source=held)
+    service = ServedDumpService(config, source=held)
     agent = Agent(config, exporters=[service])
     assert agent.start()
     try:
@@ -389,7 +391,7 @@ def test_diff_before_the_first_cycle_and_top_without_tracing_are_503() -> None:
     config = AgentConfig(port=0, interval=3600, token=TOKEN, exporters=())
     source = ModelSource()
     source.hang = threading.Event()  # the first cycle never ends
-    agent = Agent(config, source=source, exporters=[DumpService(config)])
+    agent = Agent(config, source=source, exporters=[ServedDumpService(config)])
     assert agent.start()
     try:
         status, headers, body = get(url_of(agent, "/debug/heapwatch/diff"), AUTH)

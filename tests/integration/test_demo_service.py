@@ -15,9 +15,9 @@ from agent_process import (
     parse,
     running,
     site_values,
-    wait_for,
     with_default_sigint,
 )
+from waiting import wait_for
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo_service.py"
 
@@ -48,9 +48,11 @@ def test_the_demo_leaks_visibly_and_stops_on_ctrl_c() -> None:
     )
     # (with Ctrl-C's default action, even when this test runs in a background job)
     with running(with_default_sigint([installed_python(), str(DEMO)]), env) as proc:
-        # When it has printed its URLs
+        # When it has printed its URLs (whole lines: a busy machine may hand
+        # the output over in pieces)
+        whole = re.compile(r"heapwatch metrics: \S+\n")
         stdout = wait_for(
-            lambda: (out := proc.output()[0]) and "heapwatch metrics:" in out and out  # type: ignore[attr-defined]
+            lambda: (out := proc.output()[0]) and whole.search(out) and out  # type: ignore[attr-defined]
         )
         demo_url = re.search(r"demo service: (\S+)", stdout)
         metrics_url = re.search(r"heapwatch metrics: (\S+)", stdout)

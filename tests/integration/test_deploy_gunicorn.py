@@ -11,13 +11,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from _deploy_support import DEPLOY, free_port, get_text, source_pythonpath, stop_process
 
 from external_tools import require_tool
+from waiting import wait_for
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
 
@@ -54,17 +55,19 @@ def free_port_range(count: int) -> int:
     raise AssertionError(f"no {count} consecutive free ports")
 
 
-def wait_for(log: Path, predicate: object, timeout: float = 30.0) -> list[tuple[str, int, int]]:
+def announced(
+    log: Path, predicate: Callable[[list[tuple[str, int, int]]], bool]
+) -> list[tuple[str, int, int]]:
     """The (role, pid, port) announcements in the log, once predicate(them)."""
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def found() -> list[tuple[str, int, int]]:
         text = log.read_text(encoding="utf-8", errors="replace")
-        found = [(r, int(pid), int(port)) for r, pid, port in SERVES.findall(text)]
-        if predicate(found):
-            return found
-        assert time.monotonic() < deadline, f"gunicorn log:\n{text}"
-        time.sleep(0.2)
+        seen = [(r, int(pid), int(port)) for r, pid, port in SERVES.findall(text)]
+        return seen if predicate(seen) else []
+
+    return wait_for(
+        found, 30.0, 0.2, what=lambda: f"gunicorn log:\n{log.read_text(errors='replace')}"
+    )
 
 
 def test_master_and_workers_serve_their_own_metrics(tmp_path: Path) -> None:
@@ -95,7 +98,7 @@ def test_master_and_workers_serve_their_own_metrics(tmp_path: Path) -> None:
             cwd=tmp_path,
         )
     try:
-        found = wait_for(log, lambda f: len(f) == WORKERS + 1)
+        found = announced(log, lambda f: len(f) == WORKERS + 1)
         roles = {port: (role, pid) for role, pid, port in found}
         # The master takes the first port, the workers the next ones.
         assert sorted(roles) == list(range(base, base + WORKERS + 1)), found
@@ -111,7 +114,7 @@ def test_master_and_workers_serve_their_own_metrics(tmp_path: Path) -> None:
         # A worker dies; its replacement serves on the port it freed.
         (victim_port, (_, victim)) = max(roles.items())
         os.kill(victim, signal.SIGKILL)
-        found = wait_for(log, lambda f: len(f) == WORKERS + 2)
+        found = announced(log, lambda f: len(f) == WORKERS + 2)
         role, pid, port = found[-1]
         assert role == "worker" and pid != victim and port == victim_port, found
         assert "heapwatch_info{" in get_text(f"http://127.0.0.1:{port}/metrics")

@@ -18,8 +18,9 @@ import pytest
 
 from agent_process import clean_env, python_path
 from heapwatch import tracemalloc as hw_tm
-from heapwatch._dumps import list_dumps
 from heapwatch.formats.dump import DumpError, read_dump
+from heapwatch.server.dumps import list_dumps
+from waiting import wait_for
 
 SERVICE = textwrap.dedent(
     """\
@@ -140,14 +141,6 @@ def service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
             started.proc.stdout.close()
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
-
-
 def test_each_signal_writes_a_whole_dump_and_old_ones_are_deleted(
     service: Callable[..., Service],
 ) -> None:
@@ -182,7 +175,7 @@ def test_each_signal_writes_a_whole_dump_and_old_ones_are_deleted(
         # When it gets SIGUSR2 four times
         for count in range(1, 5):
             os.kill(pid, signal.SIGUSR2)
-            wait_until(lambda count=count: len(seen) >= count)
+            wait_for(lambda count=count: len(seen) >= count, 60, 0.02)
     finally:
         stop.set()
         watcher.join()
@@ -208,11 +201,11 @@ def test_the_byte_limit_keeps_only_what_fits(service: Callable[..., Service]) ->
     svc = service(HEAPWATCH_DUMP_KEEP="0", HEAPWATCH_DUMP_MAX_BYTES="1")
     pid = int(svc.line("READY").split()[1])
     os.kill(pid, signal.SIGUSR2)
-    wait_until(lambda: len(svc.dumps()) == 1)
+    wait_for(lambda: len(svc.dumps()) == 1, 60, 0.02)
     first = svc.dumps()
     os.kill(pid, signal.SIGUSR2)
     # the newest dump is kept even alone over the limit; the older one goes
-    wait_until(lambda: len(svc.dumps()) == 1 and svc.dumps() != first)
+    wait_for(lambda: len(svc.dumps()) == 1 and svc.dumps() != first, 60, 0.02)
 
 
 def test_a_forked_child_dumps_itself_on_its_own_signal(service: Callable[..., Service]) -> None:
@@ -221,12 +214,12 @@ def test_a_forked_child_dumps_itself_on_its_own_signal(service: Callable[..., Se
     child = int(svc.line("CHILD").split()[1])
     svc.pids.append(child)
     os.kill(child, signal.SIGUSR2)
-    wait_until(lambda: len(svc.dumps()) == 1)
+    wait_for(lambda: len(svc.dumps()) == 1, 60, 0.02)
     (name,) = svc.dumps()
     assert f"-{child}-" in name
     assert read_dump(svc.dump_dir / name).header.pid == child
     os.kill(parent, signal.SIGUSR2)
-    wait_until(lambda: len(svc.dumps()) == 2)
+    wait_for(lambda: len(svc.dumps()) == 2, 60, 0.02)
     assert any(f"-{parent}-" in n for n in svc.dumps())
 
 
@@ -250,7 +243,7 @@ def test_a_failing_dump_is_one_line_and_the_service_runs_on(
     pid = int(svc.line("READY").split()[1])
     # When the signal comes, twice
     os.kill(pid, signal.SIGUSR2)
-    wait_until(lambda: "heapwatch could not write a dump into" in svc.stderr())
+    wait_for(lambda: "heapwatch could not write a dump into" in svc.stderr(), 60, 0.02)
     os.kill(pid, signal.SIGUSR2)
     time.sleep(0.5)
     # Then one line says why, once (the same problem is not repeated), no traceback
@@ -261,7 +254,7 @@ def test_a_failing_dump_is_one_line_and_the_service_runs_on(
     # and the next signal tries again: with the file gone, it writes the dump
     blocker.unlink()
     os.kill(pid, signal.SIGUSR2)
-    wait_until(lambda: len(svc.dumps()) == 1)
+    wait_for(lambda: len(svc.dumps()) == 1, 60, 0.02)
     assert svc.proc.poll() is None
 
 
@@ -273,7 +266,7 @@ def test_a_dump_directory_that_is_a_file_is_named_as_such(
     svc = service(dump_dir=not_a_dir)
     pid = int(svc.line("READY").split()[1])
     os.kill(pid, signal.SIGUSR2)
-    wait_until(lambda: "heapwatch could not write a dump into" in svc.stderr())
+    wait_for(lambda: "heapwatch could not write a dump into" in svc.stderr(), 60, 0.02)
     stderr = svc.stderr()
     # said at start, and on the signal, in words, not as FileExistsError
     assert f"HEAPWATCH_DUMP_DIR={not_a_dir} exists and is not a directory" in stderr
@@ -292,7 +285,7 @@ def test_without_a_dump_directory_the_signal_is_one_line_never_a_death(
     for _ in range(3):
         os.kill(pid, signal.SIGUSR2)
         time.sleep(0.2)
-    wait_until(lambda: "HEAPWATCH_DUMP_DIR is not set" in svc.stderr())
+    wait_for(lambda: "HEAPWATCH_DUMP_DIR is not set" in svc.stderr(), 60, 0.02)
     time.sleep(0.3)
     # Then it runs on, and one line (not three) says what to set
     assert svc.proc.poll() is None

@@ -122,8 +122,8 @@ def test_a_server_stopped_with_no_time_left_still_ends_its_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given a server whose thread is out of select(), accepting a connection
-    from heapwatch import _server
-    from heapwatch._router import Router
+    from heapwatch.server import http as _server
+    from heapwatch.server.router import Router
 
     accepting = threading.Event()
     accept = _server._HTTPServer.process_request

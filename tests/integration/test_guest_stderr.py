@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from agent_process import free_ports, run_script
-from heapwatch import _server
-from heapwatch._router import Router
-from heapwatch._server import Server
+from heapwatch.server import http as _server
+from heapwatch.server.http import Server
+from heapwatch.server.router import Router
 
 
 @pytest.fixture

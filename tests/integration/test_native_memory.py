@@ -25,8 +25,8 @@ SCENARIO = textwrap.dedent(
     """
     import ctypes, json, sys
     from heapwatch import _core
-    from heapwatch._agent import Agent
-    from heapwatch._config import AgentConfig
+    from heapwatch.agent.agent import Agent
+    from heapwatch.agent.config import AgentConfig
 
     libc = ctypes.CDLL(None)  # the process's own malloc
     libc.malloc.restype = ctypes.c_void_p

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from test_pprof_go import go, run_pprof, top_rows
 
-from heapwatch._agent import Agent
-from heapwatch._cli import main
-from heapwatch._config import AgentConfig
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.cli import main
 
 pytestmark = pytest.mark.tools
 

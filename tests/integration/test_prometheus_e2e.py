@@ -35,6 +35,7 @@ from _deploy_support import (
 )
 
 from external_tools import require_tool
+from waiting import wait_for
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
 
@@ -194,18 +195,21 @@ class Stack:
         """Waits until the leak-suspect panel names the leaking line for
         demo, and the alert's window (shrunk) has passed."""
         leak = ("demo_service.py", str(leaking_line()))
-        deadline = time.monotonic() + timeout
-        while True:
-            time.sleep(2)
-            rows = self.suspects(demo)
-            if self.elapsed() > SHORT_WINDOW + 5 and leak in [site_of(r) for r in rows]:
-                return rows
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"{demo.name}: no leak suspect at {leak} after {self.elapsed()}s: "
-                    f"{[site_of(r) for r in rows]}\ntargets: {self.prom.targets()}\n"
-                    f"demo output: {demo.output.read_text(errors='replace')}\n{self.prom.log()}"
-                )
+        rows: list[dict[str, Any]] = []
+
+        def named() -> list[dict[str, Any]]:
+            rows[:] = self.suspects(demo)
+            window_passed = self.elapsed() > SHORT_WINDOW + 5
+            return rows if window_passed and leak in [site_of(r) for r in rows] else []
+
+        def why() -> str:
+            return (
+                f"{demo.name}: no leak suspect at {leak} after {self.elapsed()}s: "
+                f"{[site_of(r) for r in rows]}\ntargets: {self.prom.targets()}\n"
+                f"demo output: {demo.output.read_text(errors='replace')}\n{self.prom.log()}"
+            )
+
+        return wait_for(named, timeout, 2.0, what=why)
 
 
 @pytest.fixture(scope="module")

@@ -26,10 +26,11 @@ def test_the_agent_api_is_public() -> None:
     for name in AGENT_NAMES:
         assert getattr(heapwatch, name) is not None
     assert set(dir(heapwatch)) >= AGENT_NAMES
-    from heapwatch import _agent, _config
+    from heapwatch.agent import agent, config, interface
 
-    assert heapwatch.start_agent is _agent.start_agent
-    assert heapwatch.AgentConfig is _config.AgentConfig
+    assert heapwatch.start_agent is agent.start_agent
+    assert heapwatch.AgentConfig is config.AgentConfig
+    assert heapwatch.Site is interface.Site
     assert issubclass(heapwatch.ConfigError, heapwatch.HeapwatchError)
 
 
@@ -54,6 +55,6 @@ def test_import_heapwatch_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     modules, threading = done.stdout.splitlines()
-    for heavy in ("heapwatch._agent", "heapwatch._core", "prometheus_client", "opentelemetry"):
+    for heavy in ("heapwatch.agent.agent", "heapwatch._core", "prometheus_client", "opentelemetry"):
         assert heavy not in modules
     assert threading == "False"

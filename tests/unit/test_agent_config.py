@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from heapwatch import HeapwatchError, _autostart, _config
-from heapwatch._config import (
+from heapwatch import HeapwatchError
+from heapwatch.agent import autostart as _autostart
+from heapwatch.agent import config as _config
+from heapwatch.agent.config import (
     DEFAULTS,
     AgentConfig,
     ConfigError,
@@ -79,7 +81,7 @@ def test_autostart_knows_the_same_false_words_as_the_parser() -> None:
 
 # Installed, the hook sits at the root of site-packages beside the package;
 # in the source tree, in agent/ beside agent/heapwatch.
-PTH = Path(_config.__file__).resolve().parents[1] / "heapwatch-autostart.pth"
+PTH = Path(_config.__file__).resolve().parents[2] / "heapwatch-autostart.pth"
 
 
 def _imported_by_the_pth_line(monkeypatch: pytest.MonkeyPatch, value: str | None) -> list[str]:

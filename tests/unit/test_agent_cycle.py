@@ -11,9 +11,11 @@ import pytest
 
 from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch import HeapwatchError
-from heapwatch._agent import OTHER_FILE, OTHER_LINE, Agent, Site
-from heapwatch._config import AgentConfig
-from heapwatch._procmem import ProcessMemory
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.interface import OTHER_FILE, OTHER_LINE, Site
+from heapwatch.agent.procmem import ProcessMemory
+from waiting import wait_for
 
 
 def make_agent(source: ModelSource, **settings: Any) -> Agent:
@@ -200,14 +202,6 @@ def test_exact_mode_reads_sample_interval_zero() -> None:
         agent.stop()
 
 
-def wait_for(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.01)
-
-
 def test_the_thread_is_a_named_daemon_that_cycles_every_interval() -> None:
     source = ModelSource()
     agent = make_agent(source, interval=0.05)
@@ -216,7 +210,7 @@ def test_the_thread_is_a_named_daemon_that_cycles_every_interval() -> None:
         (thread,) = [t for t in threading.enumerate() if t.name == "heapwatch-agent"]
         assert thread.daemon
         assert source.started_with == (1, "sample", 512 * 1024)
-        wait_for(lambda: agent.readings().cycles >= 3)
+        wait_for(lambda: agent.readings().cycles >= 3, 10, 0.01)
     finally:
         assert agent.stop()
     assert not thread.is_alive()
@@ -226,7 +220,7 @@ def test_stop_runs_one_last_cycle_and_is_idempotent() -> None:
     source = ModelSource()
     agent = make_agent(source, interval=3600)
     agent.start()
-    wait_for(lambda: agent.readings().cycles == 1)
+    wait_for(lambda: agent.readings().cycles == 1, 10, 0.01)
     source.allocate("late.py", 1, 99)
     assert agent.stop(timeout=5)
     readings = agent.readings()
@@ -258,9 +252,9 @@ def test_a_failing_cycle_is_logged_once_counted_and_retried(
     agent = make_agent(source, interval=0.02)
     with caplog.at_level(logging.DEBUG, logger="heapwatch.agent"):
         agent.start()
-        wait_for(lambda: agent.readings().errors >= 3)
+        wait_for(lambda: agent.readings().errors >= 3, 10, 0.01)
         source.fail = None
-        wait_for(lambda: agent.readings().result is not None)
+        wait_for(lambda: agent.readings().result is not None, 10, 0.01)
         agent.stop()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1

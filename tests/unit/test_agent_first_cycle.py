@@ -7,9 +7,9 @@ import threading
 import time
 
 from agent_model import FakeClock, ModelSource, TickingTimer
-from heapwatch._agent import Agent
-from heapwatch._config import AgentConfig
-from heapwatch._procmem import ProcessMemory
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.procmem import ProcessMemory
 
 
 def test_only_start_reads_the_processs_memory_for_the_first_cycle() -> None:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import heapwatch
 import heapwatch_exporters
 from heapwatch import tracemalloc as hw_tm
-from heapwatch._cli import main
+from heapwatch.cli import main
 from heapwatch.formats.dump import DumpHeader, read_dump, write_dump
 from heapwatch.formats.pprof import decode_profile
 from heapwatch.formats.report import format_text, top_report

@@ -34,7 +34,7 @@ def env_of(container: dict[str, Any]) -> dict[str, str]:
 
 
 def agent_settings() -> set[str]:
-    config = pytest.importorskip("heapwatch._config")
+    config = pytest.importorskip("heapwatch.agent.config")
     return {f"HEAPWATCH_{name.upper()}" for name in config.AgentConfig._fields}
 
 
@@ -74,7 +74,7 @@ def test_heapwatch_variables_are_agent_settings() -> None:
 
 
 def test_agent_defaults_match_the_documented_ones() -> None:
-    config = pytest.importorskip("heapwatch._config")
+    config = pytest.importorskip("heapwatch.agent.config")
     assert config.DEFAULTS.port == BASE_PORT
     assert config.DEFAULTS.port_range >= PORT_RANGE
 

@@ -8,9 +8,10 @@ import signal
 
 import pytest
 
-from heapwatch._agent import Agent
-from heapwatch._cli import build_parser, run_environment
-from heapwatch._config import DEFAULTS, AgentConfig, ConfigError, to_environ
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import DEFAULTS, AgentConfig, ConfigError, to_environ
+from heapwatch.cli import build_parser
+from heapwatch.cli.run import run_environment
 
 TOKEN = "s3cret-token-0123456789"
 

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from agent_model import ModelSource
-from heapwatch._agent import Agent
-from heapwatch._config import DEFAULTS, AgentConfig
-from heapwatch._dumps import (
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import DEFAULTS, AgentConfig
+from heapwatch.agent.procmem import ProcessMemory
+from heapwatch.formats.dump import DumpHeader, read_dump
+from heapwatch.server.dumps import (
     DumpService,
     dump_header,
     dump_name,
@@ -25,8 +27,7 @@ from heapwatch._dumps import (
     prune_dumps,
     write_dump_file,
 )
-from heapwatch._procmem import ProcessMemory
-from heapwatch.formats.dump import DumpHeader, read_dump
+from waiting import wait_for
 
 HEADER = DumpHeader("3.11.7", 42, 1_700_000_000.5, "exact", 0, 1, {})
 TRACES = [(0, 100, (("app.py", 3),), 1), (0, 50, (("app.py", 4),), 1)]
@@ -191,13 +192,11 @@ def agent_with(service: DumpService, config: AgentConfig) -> Agent:
 
 
 def wait_for_dumps(directory: Path, count: int) -> list[str]:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        names = [name for name, _ in list_dumps(str(directory))] if directory.exists() else []
-        if len(names) >= count:
-            return names
-        time.sleep(0.02)
-    raise AssertionError(f"{count} dumps expected in {directory}")
+    def names() -> list[str]:
+        found = [name for name, _ in list_dumps(str(directory))] if directory.exists() else []
+        return found if len(found) >= count else []
+
+    return wait_for(names, 20, 0.02, what=f"{count} dumps in {directory}")
 
 
 @pytest.mark.usefixtures("restore_usr2")

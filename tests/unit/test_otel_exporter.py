@@ -20,9 +20,9 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from agent_model import FakeClock, ModelSource, TickingTimer
-from heapwatch._agent import Agent
-from heapwatch._config import AgentConfig
-from heapwatch._procmem import ProcessMemory
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.procmem import ProcessMemory
 from heapwatch_exporters import otel
 from heapwatch_exporters.otel import OtelExporter, configured_meter_provider
 

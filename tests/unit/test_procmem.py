@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from heapwatch._procmem import (
+from heapwatch.agent.procmem import (
     ProcessMemory,
     read_process_memory,
     untraced,

@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch import __version__
-from heapwatch._agent import Agent, CycleResult, Readings, Site
-from heapwatch._config import AgentConfig
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.interface import CycleResult, Readings, Site
 from heapwatch_exporters.prometheus import (
     HeapwatchCollector,
     PrometheusExporter,

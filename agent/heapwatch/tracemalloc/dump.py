@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from heapwatch._core import RawTrace
 
-__all__ = ["SnapshotParts", "read", "write"]
+__all__ = ["SnapshotParts", "read_parts", "write_parts"]
 
 
 class SnapshotParts:
@@ -44,7 +44,7 @@ class SnapshotParts:
         self.attributes = {} if attributes is None else attributes
 
 
-def write(filename: PathArg, parts: SnapshotParts) -> None:
+def write_parts(filename: PathArg, parts: SnapshotParts) -> None:
     """Writes the parts to filename in heapwatch's dump format."""
     header = process_header(
         mode=parts.mode,
@@ -55,7 +55,7 @@ def write(filename: PathArg, parts: SnapshotParts) -> None:
     write_dump(os.fsdecode(filename), header, parts.traces)
 
 
-def read(filename: PathArg, allow_pickle: bool) -> SnapshotParts:
+def read_parts(filename: PathArg, allow_pickle: bool) -> SnapshotParts:
     """The parts of a heapwatch dump or, with allow_pickle, of a pickled
     stdlib (or heapwatch) Snapshot.
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from heapwatch.formats.estimates import weigher
-from heapwatch.tracemalloc import dump as _tm_dump
 from heapwatch.tracemalloc.checks import check_key_type, check_mode, check_sample_interval
+from heapwatch.tracemalloc.dump import SnapshotParts, read_parts, write_parts
 from heapwatch.tracemalloc.filters import BaseFilter, DomainFilter, Filter, _keeps
 from heapwatch.tracemalloc.grouping import group_traces
 from heapwatch.tracemalloc.objects import (
@@ -161,14 +161,14 @@ class Snapshot:
         """Writes the snapshot to filename in heapwatch's dump format (not a
         pickle); load() reads it back, with the attributes set on the snapshot
         (JSON values only: TypeError names any other)."""
-        parts = _tm_dump.SnapshotParts(
+        parts = SnapshotParts(
             self._raw_traces(),
             self.traceback_limit,
             self._mode,
             self._sample_interval,
             self._attributes(),
         )
-        _tm_dump.write(filename, parts)
+        write_parts(filename, parts)
 
     @classmethod
     def load(cls: type[_S], filename: PathArg, *, allow_pickle: bool = False) -> _S:
@@ -178,7 +178,7 @@ class Snapshot:
         unpickling runs arbitrary code from the file.  With allow_pickle=True
         it is unpickled and converted; pass it only for a file you trust.
         """
-        parts = _tm_dump.read(filename, allow_pickle)
+        parts = read_parts(filename, allow_pickle)
         snapshot = cls(
             parts.traces,
             parts.traceback_limit,

@@ -1,21 +1,10 @@
 """heapwatch's dump file format, defined: its records, limits and header.
 
-The writer (``writer.py``) and the reader (``reader.py``) share these
-definitions, as memray's ``records.h`` sits under its record writer and reader.
-
-
 A dump is a versioned, streamed binary file (docs/design/dump-format.md has
 the byte layout).  Strings and tracebacks are defined once, the first time a
-trace uses them, and every trace refers to its traceback by number, so a
-snapshot of millions of traces over a few thousand tracebacks stays small and
-is written with memory proportional to the distinct tracebacks.
-
-Reading never unpickles, never trusts a count or a length from the file to
-allocate, bounds every length, and limits decompression: a truncated,
-corrupted or hostile file raises ``DumpError`` saying what is wrong and
-where.  The stdlib's own dump format (a pickle of ``tracemalloc.Snapshot``) is
-recognised by ``sniff()`` and refused by the readers: unpickling runs
-arbitrary code, so whether to do it is the caller's decision.
+trace uses them, and every trace refers to its traceback by number.  The
+writer (``writer.py``) and the reader (``reader.py``) share these
+definitions, as memray's ``records.h`` sits under its record writer and reader.
 """
 
 from __future__ import annotations

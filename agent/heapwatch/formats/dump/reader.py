@@ -229,7 +229,8 @@ def _check_preamble(preamble: bytes, name: str) -> int:
         raise DumpError(
             f"{name} is a pickle (the stdlib tracemalloc Snapshot.dump() format), not a "
             "heapwatch dump; unpickling runs arbitrary code from the file, so the dump reader "
-            "never does it: use dumpfile.sniff() and unpickle it yourself only if you trust it"
+            "never does it: use heapwatch.formats.dump.sniff() and unpickle it yourself only "
+            "if you trust it"
         )
     if kind != "heapwatch":
         if not preamble:

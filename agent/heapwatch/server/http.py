@@ -1,4 +1,4 @@
-"""The agent's HTTP endpoint: the router (``heapwatch._router``) served from a
+"""The agent's HTTP endpoint: the router (``heapwatch.server.router``) served from a
 daemon thread.
 
 The server is wsgiref's, threaded per request, bound to 127.0.0.1 unless told
@@ -28,9 +28,9 @@ from socketserver import TCPServer
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from heapwatch._problems import ProblemLog
-from heapwatch._router import Router
-from heapwatch._threads import start_thread
+from heapwatch.agent.problems import ProblemLog
+from heapwatch.agent.threads import start_thread
+from heapwatch.server.router import Router
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication

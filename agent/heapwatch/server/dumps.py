@@ -1,7 +1,7 @@
-"""Dumps on demand: the agent's ``/debug/`` routes and its dump signal.
+"""Dumps on demand: the dump files and the agent's dump signal.
 
-``DumpService`` is started by the agent like an exporter.  It adds the
-``/debug/`` routes (``heapwatch._debug``) and handles ``HEAPWATCH_DUMP_SIGNAL``
+``DumpService`` is started by the agent like an exporter (a ``Component``).
+It handles ``HEAPWATCH_DUMP_SIGNAL
 (SIGUSR2 by default): the handler only writes one byte to a pipe, and a
 daemon thread named ``heapwatch-dump`` wakes up and writes the dump into
 ``HEAPWATCH_DUMP_DIR``, or, when that is not set, logs one line saying so
@@ -29,23 +29,23 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from heapwatch import __version__
-from heapwatch._problems import ProblemLog
-from heapwatch._procmem import ProcessMemory, read_process_memory, untraced
-from heapwatch._threads import start_thread
+from heapwatch._version import __version__
+from heapwatch.agent.problems import ProblemLog
+from heapwatch.agent.procmem import ProcessMemory, read_process_memory, untraced
+from heapwatch.agent.source import CoreSource
+from heapwatch.agent.threads import start_thread
 from heapwatch.formats.dump import process_header, write_dump
 
 if TYPE_CHECKING:
     from types import FrameType
 
     from heapwatch import _core
-    from heapwatch._agent import Agent
-    from heapwatch._config import AgentConfig
+    from heapwatch.agent.config import AgentConfig
+    from heapwatch.agent.interface import AgentView
     from heapwatch.formats.dump import DumpHeader, RawTrace
 
 __all__ = [
     "DUMP_SUFFIX",
-    "CoreDumpSource",
     "DumpService",
     "DumpSource",
     "dump_dir_problem",
@@ -69,27 +69,15 @@ _TRACE_BATCH = 1 << 16
 
 
 class DumpSource(Protocol):
-    """Where the dumps' snapshots come from."""
+    """Where the dumps' snapshots come from (``heapwatch.agent.source.CoreSource``)."""
 
     def snapshot(self, traces: bool) -> _core.Snapshot:
         """A snapshot of the tracer now (with every trace if ``traces``);
         raises RuntimeError when nothing is being traced."""
 
 
-class CoreDumpSource:
-    """``heapwatch._core``, the C tracer."""
-
-    def snapshot(self, traces: bool) -> _core.Snapshot:
-        from heapwatch import _core  # noqa: PLC0415 (the C core: only when used)
-
-        # Never resets the peak: the peak is the agent cycle's to reset.
-        return _core.take_snapshot(traces=traces, reset_peak=False)
-
-
 def _tracer_memory() -> int:
-    from heapwatch import _core  # noqa: PLC0415 (the C core: only when used)
-
-    return _core.get_tracemalloc_memory()
+    return CoreSource().tracer_memory()
 
 
 def _memory_extra(traced: int, tracer: int, memory: ProcessMemory) -> dict[str, str]:
@@ -281,10 +269,11 @@ def prune_dumps(directory: str, keep: int, max_bytes: int, protect: str | None =
 
 
 class DumpService:
-    """The agent's on-demand dumps: the ``/debug/`` routes and the dump signal.
+    """The agent's on-demand dumps: into ``dump_dir``, on the dump signal.
 
-    An exporter to the agent (``start``, ``shutdown``, ``after_fork_in_child``).
-    ``dump_lock`` is held while a dump, profile or top is built: the routes
+    A component of the agent (``start``, ``shutdown``, ``after_fork_in_child``);
+    ``heapwatch.server.debug_routes.ServedDumpService`` adds its ``/debug/``
+    routes.  ``dump_lock`` is held while a dump, profile or top is built: the routes
     answer 429 when they cannot take it at once, the signal's dump waits.
 
     Args:
@@ -305,7 +294,7 @@ class DumpService:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.source: DumpSource = source if source is not None else CoreDumpSource()
+        self.source: DumpSource = source if source is not None else CoreSource()
         self.clock = clock
         # One object, so that signal.getsignal() can recognise it.
         self._handler = self._on_signal
@@ -313,7 +302,7 @@ class DumpService:
         self._previous_handler: Any = None
         self._armed_pid = 0
         self._sequence = 0
-        self._agent: weakref.ref[Agent] | None = None
+        self._agent: weakref.ref[AgentView] | None = None
         self._init_state()
 
     def _init_state(self) -> None:
@@ -325,7 +314,7 @@ class DumpService:
         self._worker: threading.Thread | None = None
 
     @property
-    def agent(self) -> Agent | None:
+    def agent(self) -> AgentView | None:
         """The agent this service was started by, if it is still alive."""
         ref = self._agent
         return ref() if ref is not None else None
@@ -337,17 +326,10 @@ class DumpService:
 
     # ---- the exporter protocol ---------------------------------------------
 
-    def start(self, agent: Agent) -> None:
-        """Adds the ``/debug/`` routes, unless the agent serves nothing else
-        and has no token (they would only answer 403 on a port opened for
-        them), and arms the dump signal when ``dump_dir`` is set."""
+    def start(self, agent: AgentView) -> None:
+        """Arms the dump signal when ``dump_dir`` is set (the ``/debug/``
+        routes are ``heapwatch.server.debug_routes``'s)."""
         self._agent = weakref.ref(agent)
-        router = agent.router
-        if router.token or router:
-            from heapwatch._debug import add_routes  # noqa: PLC0415 (only when served)
-
-            add_routes(router, self)
-            agent.retain_last_snapshot = True
         config = self.config
         if config.dump_dir is not None:
             problem = dump_dir_problem(config.dump_dir)

@@ -5,7 +5,7 @@
 than a false word; anything unrecognised comes here so that ``_config`` warns
 about it.  It never raises (a failure is a warning: the service starts
 anyway), and it imports nothing heavy unless the value is true: the false
-words are recognised here too, without importing ``heapwatch._config``, for
+words are recognised here too, without importing ``heapwatch.agent.config``, for
 an import that does not come from the hook.
 
 Under ``python -E`` or ``-I`` (``sys.flags.ignore_environment``) nothing
@@ -22,7 +22,7 @@ subinterpreter would trace nothing more and serve twice).
 import os
 import sys
 
-# heapwatch._config's false words, and the .pth line's; a test keeps the three in step.
+# heapwatch.agent.config's false words, and the .pth line's; a test keeps the three in step.
 _FALSE_WORDS = ("", "0", "false", "no", "off", "n", "f")
 
 
@@ -48,11 +48,11 @@ def _autostart() -> None:
     try:
         if _in_subinterpreter():
             return
-        from heapwatch._config import AgentConfig  # noqa: PLC0415 (only when on)
+        from heapwatch.agent.config import AgentConfig  # noqa: PLC0415 (only when on)
 
         config = AgentConfig.from_env()  # a bad HEAPWATCH_ENABLED warns and reads false
         if config.enabled:
-            from heapwatch._agent import start_agent  # noqa: PLC0415 (only when on)
+            from heapwatch.agent.agent import start_agent  # noqa: PLC0415 (only when on)
 
             start_agent(config)
     except Exception as exc:

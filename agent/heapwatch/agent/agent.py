@@ -5,14 +5,14 @@ OpenTelemetry ``PeriodicExportingMetricReader`` way: ``Event.wait(interval)``,
 one last cycle at shutdown), a cycle takes an aggregated snapshot (resetting
 the peak in the same critical section), groups it by line in C, diffs the top
 sites against the previous cycle's grouping, and publishes a ``CycleResult``.
-Exporters only read the last result: a scrape never takes a snapshot.
+Components only read the last result: a scrape never takes a snapshot.
 
 Failure policy: a failing cycle is logged (once, until it recovers) and
 retried at the next interval; an exporter that fails to start is logged and
 left out; nothing is raised into the application.  ``stop`` is idempotent and
 bounded by a deadline, and runs at exit.  After ``fork()`` the agent restarts
 in the child with a fresh baseline, its own endpoint (the port rule in
-``heapwatch._server``) and no state from the parent.  docs/design/agent.md
+``heapwatch.server.http``) and no state from the parent.  docs/design/agent.md
 has the whole picture.
 """
 
@@ -24,20 +24,31 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
-from heapwatch._config import AgentConfig
 from heapwatch._errors import HeapwatchError
-from heapwatch._procmem import (
+from heapwatch.agent import plugins
+from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.interface import (
+    OTHER_FILE,
+    OTHER_LINE,
+    Component,
+    CycleResult,
+    Readings,
+    Routes,
+    Server,
+    Site,
+)
+from heapwatch.agent.procmem import (
     NATIVE_HEAP_SOURCE,
     NATIVE_HEAP_UNAVAILABLE,
     ProcessMemory,
     read_process_memory,
     untraced,
 )
-from heapwatch._router import Router
-from heapwatch._threads import (
+from heapwatch.agent.source import CoreSource, SnapshotSource
+from heapwatch.agent.threads import (
     call_in_forked_child,
     outlive_nobody,
     signals_blocked,
@@ -45,180 +56,16 @@ from heapwatch._threads import (
 )
 
 if TYPE_CHECKING:
-    from heapwatch import _core
-    from heapwatch._server import Server
+    ServerFactory = Callable[[Routes, str, int, int], Server]
 
-__all__ = [
-    "OTHER_FILE",
-    "OTHER_LINE",
-    "Agent",
-    "CoreSource",
-    "CycleResult",
-    "Exporter",
-    "Readings",
-    "Site",
-    "SnapshotSource",
-    "get_agent",
-    "start_agent",
-    "stop_agent",
-]
+__all__ = ["AT_EXIT_TIMEOUT", "Agent", "get_agent", "start_agent", "stop_agent"]
 
 log = logging.getLogger("heapwatch.agent")
-
-# The series that sums every site outside the top ones (fixed: dashboards
-# and alert rules select on it).
-OTHER_FILE = "<other>"
-OTHER_LINE = 0
 
 AT_EXIT_TIMEOUT = 2.0
 
 
-class Site(NamedTuple):
-    """One allocation site (file and line) in a cycle's result."""
-
-    file: str
-    line: int
-    size: int
-    """Live bytes allocated there (an estimate in sample mode)."""
-    blocks: int
-    growth: int
-    """Change of ``size`` since the previous cycle (0 on the first cycle)."""
-
-
-class CycleResult(NamedTuple):
-    """What one cycle saw.  ``sites`` holds the top sites by size, then the
-    ``<other>`` site, so that their sizes sum to ``traced`` and their growths
-    to the change of ``traced`` since the previous cycle."""
-
-    timestamp: float
-    """Unix time of the snapshot."""
-    duration: float
-    """Seconds the cycle took."""
-    traced: int
-    peak: int
-    """Peak traced bytes since the previous cycle."""
-    blocks: int
-    tracer_memory: int
-    """Bytes the tracer itself uses."""
-    dropped: int
-    """Traces lost since tracing started (no memory to record them)."""
-    sites: tuple[Site, ...]
-    resident: int | None = None
-    """The process's resident set, in bytes (None where unknown)."""
-    untraced: int | None = None
-    """Resident bytes neither traced nor the tracer's own: memory of C code,
-    or heap the C allocator keeps (see ``native_retained``)."""
-    native_in_use: int | None = None
-    """Bytes the C allocator (glibc) has handed out and not had back: Python's
-    large blocks and native code's alike; None without glibc's mallinfo2."""
-    native_retained: int | None = None
-    """Bytes free in the C allocator's heap, retained rather than given back."""
-
-
-class Readings(NamedTuple):
-    """What exporters publish: the last successful cycle and the agent's counters."""
-
-    result: CycleResult | None
-    cycles: int
-    """Cycles run, failed ones included."""
-    errors: int
-    """Cycles that failed."""
-    mode: str
-    sample_interval: int
-    """Bytes between samples on average; 0 in exact mode."""
-    native_heap: str = NATIVE_HEAP_UNAVAILABLE
-    """Where ``native_in_use`` and ``native_retained`` come from: "mallinfo2",
-    or "unavailable" (another C library, or another malloc preloaded)."""
-
-
-class GroupsLike(Protocol):
-    def growth(self, old: Any, limit: int | None = None) -> list[_core.RawDiff]: ...
-
-
-class SnapshotLike(Protocol):
-    @property
-    def traced(self) -> int: ...
-    @property
-    def peak(self) -> int: ...
-    @property
-    def blocks(self) -> int: ...
-    def group(self, key_type: _core.KeyType) -> Any: ...
-
-
-class SnapshotSource(Protocol):
-    """Where snapshots come from: the C core, or a model in tests."""
-
-    def start(self, nframe: int, mode: str, sample_interval: int) -> bool:
-        """Starts tracing; False if it was already tracing (it then keeps its
-        own configuration and is not stopped with the agent)."""
-
-    def stop(self) -> None: ...
-    def configuration(self) -> tuple[str, int]:
-        """(mode, sample_interval) in force."""
-
-    def take_snapshot(self) -> SnapshotLike:
-        """An aggregated snapshot; resets the peak atomically with it."""
-
-    def reset_peak(self) -> None: ...
-    def tracer_memory(self) -> int: ...
-    def dropped(self) -> int: ...
-    def drain(self) -> None: ...
-
-
-class CoreSource:
-    """``heapwatch._core``, the C tracer."""
-
-    def __init__(self) -> None:
-        from heapwatch import _core  # noqa: PLC0415 (the C core: only when used)
-
-        self._core = _core
-
-    def start(self, nframe: int, mode: str, sample_interval: int) -> bool:
-        if self._core.is_tracing():
-            return False
-        self._core.start(nframe, mode, sample_interval)  # type: ignore[arg-type]
-        return True
-
-    def stop(self) -> None:
-        self._core.stop()
-
-    def configuration(self) -> tuple[str, int]:
-        config = self._core.get_config()
-        return config["mode"], config["sample_interval"]
-
-    def take_snapshot(self) -> SnapshotLike:
-        return self._core.take_snapshot(traces=False, reset_peak=True)
-
-    def reset_peak(self) -> None:
-        self._core.reset_peak()
-
-    def tracer_memory(self) -> int:
-        return self._core.get_tracemalloc_memory()
-
-    def dropped(self) -> int:
-        return self._core.get_stats()["dropped"]
-
-    def drain(self) -> None:
-        self._core.drain()
-
-
-class Exporter(Protocol):
-    """A way out for the agent's readings (``heapwatch_exporters``).
-
-    ``start`` may add routes to ``agent.router`` and read ``agent.readings()``
-    whenever it likes; it is called again in a forked child after
-    ``after_fork_in_child``, which must drop what belongs to the parent
-    process without any I/O.  ``shutdown`` is bounded by its timeout.
-    """
-
-    name: str
-
-    def start(self, agent: Agent) -> None: ...
-    def shutdown(self, timeout: float) -> None: ...
-    def after_fork_in_child(self) -> None: ...
-
-
-def _shutdown_failed(exporter: Exporter, exc: Exception) -> None:
+def _shutdown_failed(exporter: Component, exc: Exception) -> None:
     log.warning(
         "heapwatch exporter %r did not shut down cleanly: %s",
         exporter.name,
@@ -227,31 +74,25 @@ def _shutdown_failed(exporter: Exporter, exc: Exception) -> None:
     )
 
 
+# The extra named in the message when an exporter's requirements are missing.
+_EXTRAS = {"otlp": "heapwatch[otlp]"}
+
+
 def _exporters_for(
-    config: AgentConfig, registry: Any = None, meter_provider: Any = None
-) -> list[Exporter]:
-    exporters: list[Exporter] = []
+    config: AgentConfig, settings: Mapping[str, Mapping[str, Any]]
+) -> list[Component]:
+    exporters: list[Component] = []
     for name in config.exporters:
         try:
-            if name == "prometheus":
-                from heapwatch_exporters.prometheus import (  # noqa: PLC0415 (heavy)
-                    PrometheusExporter,
-                )
-
-                exporters.append(PrometheusExporter(registry=registry))
-            elif name == "otlp":
-                from heapwatch_exporters.otel import OtelExporter  # noqa: PLC0415 (heavy)
-
-                exporters.append(OtelExporter(meter_provider=meter_provider))
-        except ImportError as exc:
-            extra = "heapwatch[otlp]" if name == "otlp" else "heapwatch"
+            factory = plugins.exporter(name)
+            exporters.append(factory(config, **settings.get(name, {})))
+        except (ImportError, LookupError) as exc:
+            extra = _EXTRAS.get(name, "heapwatch")
             log.warning(
                 "heapwatch exporter %r is unavailable (pip install %s): %s", name, extra, exc
             )
     # Last: it serves its /debug/ routes only next to other routes (or with a token).
-    from heapwatch._dumps import DumpService  # noqa: PLC0415 (only for an agent)
-
-    exporters.append(DumpService(config))
+    exporters.append(plugins.component("dumps")(config))
     return exporters
 
 
@@ -264,12 +105,15 @@ class Agent:
     Args:
         config: what to do; ``AgentConfig.from_env()`` by default.
         source: where snapshots come from (the C core by default).
-        exporters: the exporters; by default those named in
-            ``config.exporters``, built with ``registry`` (Prometheus) and
-            ``meter_provider`` (OpenTelemetry).
+        exporters: the components; by default the exporters named in
+            ``config.exporters`` (``heapwatch.agent.plugins``), each built
+            with its ``exporter_settings``, then the dump service.
+        exporter_settings: per exporter name, the keywords its factory
+            takes (``{"prometheus": {"registry": r}}``).
         clock: unix time, for the results' timestamps.
         timer: a monotonic clock, for the cycle's duration.
         router: the HTTP routes (``/metrics`` and whatever else is added).
+        server: builds the server of the routes, once there are routes.
         memory: reads the process's resident set and its C heap, once a cycle.
     """
 
@@ -278,27 +122,30 @@ class Agent:
         config: AgentConfig | None = None,
         *,
         source: SnapshotSource | None = None,
-        exporters: Sequence[Exporter] | None = None,
-        registry: Any = None,
-        meter_provider: Any = None,
+        exporters: Sequence[Component] | None = None,
+        exporter_settings: Mapping[str, Mapping[str, Any]] | None = None,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
-        router: Router | None = None,
+        router: Routes | None = None,
+        server: ServerFactory | None = None,
         memory: Callable[[], ProcessMemory] = read_process_memory,
     ) -> None:
         self.config = config if config is not None else AgentConfig.from_env()
         self._source: SnapshotSource = source if source is not None else CoreSource()
-        self._exporters: list[Exporter] = (
+        self._exporters: list[Component] = (
             list(exporters)
             if exporters is not None
-            else _exporters_for(self.config, registry, meter_provider)
+            else _exporters_for(self.config, exporter_settings or {})
         )
         self._clock = clock
         self._timer = timer
         self._memory = memory
         self._start_memory: ProcessMemory | None = None
         self._native_heap = NATIVE_HEAP_UNAVAILABLE
-        self.router = router if router is not None else Router(token=self.config.token)
+        self.router: Routes = (
+            router if router is not None else plugins.component("router")(token=self.config.token)
+        )
+        self._server_factory = server
         self.retain_last_snapshot = False
         """Keep each cycle's snapshot until the next one, for ``last_snapshot()``
         (set by the ``/debug/`` routes, whose diff compares with it)."""
@@ -336,7 +183,7 @@ class Agent:
         return self._state == _RUNNING
 
     @property
-    def exporters(self) -> tuple[Exporter, ...]:
+    def exporters(self) -> tuple[Component, ...]:
         return tuple(self._exporters)
 
     @property
@@ -536,10 +383,10 @@ class Agent:
         self._stop_event = stop_event
         self._thread = start_thread(self._run, "heapwatch-agent", (stop_event,))
 
-    def _start_exporter(self, exporter: Exporter) -> bool:
+    def _start_exporter(self, exporter: Component) -> bool:
         try:
             # Threads an exporter's libraries start are born with the
-            # service's signals blocked too (heapwatch._threads).
+            # service's signals blocked too (heapwatch.agent.threads).
             with signals_blocked():
                 exporter.start(self)
         except Exception as exc:
@@ -555,9 +402,10 @@ class Agent:
     def _ensure_server(self) -> None:
         if self._server is not None or not self.router:
             return
-        from heapwatch._server import Server  # noqa: PLC0415 (http.server: only to serve)
-
-        server = Server(self.router, self.config.host, self.config.port, self.config.port_range)
+        # Resolved only to serve: the server imports http.server and the
+        # email package, which an agent that serves nothing never loads.
+        factory = self._server_factory or plugins.component("server")
+        server = factory(self.router, self.config.host, self.config.port, self.config.port_range)
         if server.start():
             self._server = server
             log.info("heapwatch agent (pid %d) serving %s", os.getpid(), server.url)
@@ -571,7 +419,7 @@ class Agent:
         server = self._server
         return server.url if server is not None else None
 
-    def add_exporter(self, exporter: Exporter) -> bool:
+    def add_exporter(self, exporter: Component) -> bool:
         """Adds an exporter, started at once if the agent runs; False (logged)
         if it failed to start."""
         if self.running:
@@ -581,7 +429,7 @@ class Agent:
         self._exporters.append(exporter)
         return True
 
-    def remove_exporter(self, exporter: Exporter, timeout: float = 5.0) -> None:
+    def remove_exporter(self, exporter: Component, timeout: float = 5.0) -> None:
         """Removes an exporter and shuts it down if the agent runs."""
         if exporter not in self._exporters:
             return
@@ -754,9 +602,10 @@ def start_agent(
     Settings come from ``config`` (``AgentConfig.from_env()`` by default), then
     from ``options``, which take the same names as the ``HEAPWATCH_*``
     variables (``interval=5``, ``sample_interval="512KiB"``, ...) and raise
-    ``ConfigError`` when invalid.  ``registry`` is the Prometheus registry to
-    publish to (heapwatch's own by default); ``meter_provider`` the
-    OpenTelemetry one (the application's, else one built from ``OTEL_*``).
+    ``ConfigError`` when invalid.  ``registry`` and ``meter_provider`` are
+    settings of the exporters, passed on to them: the Prometheus registry to
+    publish to (heapwatch's own by default), the OpenTelemetry provider (the
+    application's, else one built from ``OTEL_*``).
 
     Returns None when heapwatch is disabled (``HEAPWATCH_ENABLED=false``) or
     tracing cannot start; the reason is logged.
@@ -774,7 +623,11 @@ def start_agent(
         if not config.enabled:
             log.info("heapwatch agent disabled (HEAPWATCH_ENABLED is false)")
             return None
-        agent = Agent(config, registry=registry, meter_provider=meter_provider)
+        settings = {
+            "prometheus": {"registry": registry},
+            "otlp": {"meter_provider": meter_provider},
+        }
+        agent = Agent(config, exporter_settings=settings)
         if not agent.start():
             return None
         _agent = agent

@@ -1,4 +1,5 @@
-"""``heapwatch top``, ``heapwatch diff`` and ``heapwatch convert``: dumps read offline.
+"""What ``heapwatch top``, ``diff`` and ``convert`` share: opening their
+input, grouping it, their options, output and one-line errors.
 
 Each reads a heapwatch dump (from the agent's endpoint or signal, or
 ``Snapshot.dump()``), or with ``--allow-pickle`` a stdlib tracemalloc pickle.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import sys
@@ -21,19 +21,33 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, NamedTuple, cast
 
 from heapwatch._errors import HeapwatchError
+from heapwatch.formats.estimates import round_count, weigher
 from heapwatch.formats.report import KEY_TYPES
 from heapwatch.formats.snapshot_file import SnapshotFile, open_snapshot
+from heapwatch.tracemalloc.grouping import group_traces
 
 if TYPE_CHECKING:
     from heapwatch._core import KeyType, Mode, RawTrace
     from heapwatch.tracemalloc.objects import Statistic, Traceback
 
-    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
-
-__all__ = ["COMMANDS", "InputError", "SnapshotFile", "open_snapshot_file"]
+__all__ = [
+    "MAX_LIMIT",
+    "Grouped",
+    "InputError",
+    "SnapshotFile",
+    "add_pickle_option",
+    "add_report_options",
+    "group",
+    "open_input",
+    "open_snapshot_file",
+    "print_text",
+    "run_guarded",
+    "timestamp",
+    "when",
+    "write_output",
+]
 
 MAX_LIMIT = 1_000_000
-CONVERT_FORMATS = ("tracemalloc", "pprof", "heapwatch")
 
 
 class InputError(HeapwatchError):
@@ -83,15 +97,12 @@ def open_snapshot_file(
     return file._replace(traces=_checked(file.traces, path), mode=mode, sample_interval=interval)
 
 
-class _Grouped(NamedTuple):
+class Grouped(NamedTuple):
     by_traceback: dict[Traceback, Statistic]
     total: tuple[int, int]
 
 
-def _group(source: SnapshotFile, key_type: str, cumulative: bool) -> _Grouped:
-    from heapwatch.formats.estimates import round_count, weigher  # noqa: PLC0415
-    from heapwatch.tracemalloc.grouping import group_traces  # noqa: PLC0415
-
+def group(source: SnapshotFile, key_type: str, cumulative: bool) -> Grouped:
     weigh = weigher(cast("Mode", source.mode), source.sample_interval)
     total = [0, 0]
 
@@ -105,7 +116,7 @@ def _group(source: SnapshotFile, key_type: str, cumulative: bool) -> _Grouped:
             yield trace
 
     grouped = group_traces(counted(), cast("KeyType", key_type), cumulative, weigh)
-    return _Grouped(grouped, (total[0], round_count(total[1])))
+    return Grouped(grouped, (total[0], round_count(total[1])))
 
 
 # Timestamps a header may carry that mean a time (any finite float is valid
@@ -113,21 +124,21 @@ def _group(source: SnapshotFile, key_type: str, cumulative: bool) -> _Grouped:
 _LATEST = 2.0**33
 
 
-def _timestamp(meta: dict[str, Any]) -> float | None:
+def timestamp(meta: dict[str, Any]) -> float | None:
     stamp = meta.get("timestamp")
     if isinstance(stamp, (int, float)) and 0 <= stamp < _LATEST:
         return float(stamp)
     return None
 
 
-def _when(meta: dict[str, Any]) -> str:
-    stamp = _timestamp(meta)
+def when(meta: dict[str, Any]) -> str:
+    stamp = timestamp(meta)
     if stamp is None:
         return "time unknown"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
 
 
-def _print(text: str) -> None:
+def print_text(text: str) -> None:
     # Filenames that were not valid UTF-8 hold lone surrogates: escaped, not an error.
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     data = text.encode(encoding, "backslashreplace")
@@ -141,66 +152,11 @@ def _print(text: str) -> None:
     buffer.flush()
 
 
-def _open(options: argparse.Namespace, path: str) -> SnapshotFile:
+def open_input(options: argparse.Namespace, path: str) -> SnapshotFile:
     return open_snapshot_file(path, options.allow_pickle, options.max_inflate_ratio)
 
 
-def _top(options: argparse.Namespace) -> int:
-    from heapwatch.formats.report import format_text, to_json, top_report  # noqa: PLC0415
-    from heapwatch.tracemalloc.objects import Statistic  # noqa: PLC0415 (imported on first use)
-    from heapwatch.tracemalloc.raw import raw_statistics  # noqa: PLC0415
-
-    source = _open(options, options.file)
-    grouped = _group(source, options.key_type, options.cumulative)
-    stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
-    report = top_report(
-        raw_statistics(stats),
-        grouped.total,
-        key_type=options.key_type,
-        cumulative=options.cumulative,
-        limit=options.limit,
-        mode=source.mode,
-        sample_interval=source.sample_interval,
-        meta={"file": source.path, **source.meta},
-    )
-    _print(json.dumps(to_json(report)) + "\n" if options.json else format_text(report))
-    return 0
-
-
-def _diff(options: argparse.Namespace) -> int:
-    from heapwatch.formats.report import diff_report, format_text, to_json  # noqa: PLC0415
-    from heapwatch.tracemalloc.objects import (  # noqa: PLC0415 (imported on first use)
-        StatisticDiff,
-        _compare_grouped_stats,
-    )
-    from heapwatch.tracemalloc.raw import raw_diffs  # noqa: PLC0415
-
-    old = _open(options, options.old)
-    old_grouped = _group(old, options.key_type, options.cumulative)
-    new = _open(options, options.new)
-    new_grouped = _group(new, options.key_type, options.cumulative)
-    diffs = _compare_grouped_stats(old_grouped.by_traceback, new_grouped.by_traceback)
-    diffs.sort(key=StatisticDiff._sort_key, reverse=True)
-    notes = [f"from {old.path} ({_when(old.meta)})", f"to {new.path} ({_when(new.meta)})"]
-    if old.mode != new.mode:
-        notes.append(f"{old.path} was taken in {old.mode} mode, {new.path} in {new.mode} mode")
-    report = diff_report(
-        raw_diffs(diffs),
-        new_grouped.total,
-        old_grouped.total,
-        key_type=options.key_type,
-        cumulative=options.cumulative,
-        limit=options.limit,
-        mode=new.mode,
-        sample_interval=new.sample_interval,
-        notes=notes,
-        meta={"old": {"file": old.path, **old.meta}, "new": {"file": new.path, **new.meta}},
-    )
-    _print(json.dumps(to_json(report)) + "\n" if options.json else format_text(report))
-    return 0
-
-
-def _write_output(output: str, write: Callable[[BinaryIO], None]) -> None:
+def write_output(output: str, write: Callable[[BinaryIO], None]) -> None:
     """Runs write on OUTPUT: "-" is stdout; a file appears whole (written
     beside it under a temporary name, then renamed) or not at all."""
     if output == "-":
@@ -236,63 +192,10 @@ def _umask() -> int:
     return mask
 
 
-def _convert(options: argparse.Namespace) -> int:
-    from heapwatch.formats import pprof  # noqa: PLC0415 (imported on first use)
-    from heapwatch.formats import stdlib as convert  # noqa: PLC0415 (imports the stdlib tracemalloc)
-
-    source = _open(options, options.file)
-    # The input is read (and checked, to its checksum) before OUTPUT is touched.
-    traces = list(source.traces)
-    if options.to == "tracemalloc":
-
-        def write(fp: BinaryIO) -> None:
-            convert.write_tracemalloc(
-                fp, traces, source.traceback_limit, source.mode, source.sample_interval
-            )
-
-    elif options.to == "pprof":
-        stamp = _timestamp(source.meta)
-
-        def write(fp: BinaryIO) -> None:
-            pprof.write_pprof(
-                fp,
-                traces,
-                source.mode,
-                source.sample_interval,
-                time_nanos=int(stamp * 1e9) if stamp is not None else None,
-                comments=[f"converted by heapwatch from {os.path.basename(source.path)}"],
-            )
-
-    else:
-        from heapwatch.formats import dump as dumpfile  # noqa: PLC0415 (imported on first use)
-
-        header = dumpfile.DumpHeader(
-            python_version=str(source.meta.get("python_version", "")),
-            pid=int(source.meta.get("pid", 0)),
-            timestamp=float(source.meta.get("timestamp", os.path.getmtime(source.path))),
-            mode=source.mode,
-            sample_interval=source.sample_interval,
-            traceback_limit=max(1, min(source.traceback_limit, 65535)),
-            extra={k: v for k, v in source.meta.items() if type(v) is str and k != "format"},
-        )
-
-        def write(fp: BinaryIO) -> None:
-            dumpfile.write_dump(fp, header, traces)
-
-    _write_output(options.output, write)
-    if source.mode == "sample" and options.to == "tracemalloc":
-        print(
-            "heapwatch convert: sample-mode dump: sizes are heapwatch's estimates, "
-            "counts are numbers of samples",
-            file=sys.stderr,
-        )
-    return 0
-
-
 # ---- parsers -------------------------------------------------------------------
 
 
-def _limit(text: str) -> int:
+def limit_type(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -302,10 +205,10 @@ def _limit(text: str) -> int:
     return value
 
 
-_limit.__name__ = "limit"
+limit_type.__name__ = "limit"
 
 
-def _add_report_options(parser: argparse.ArgumentParser) -> None:
+def add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key-type",
         choices=KEY_TYPES,
@@ -313,7 +216,7 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
         help="group by line (default), file or whole traceback",
     )
     parser.add_argument(
-        "--limit", type=_limit, default=10, metavar="N", help="groups shown (default 10)"
+        "--limit", type=limit_type, default=10, metavar="N", help="groups shown (default 10)"
     )
     parser.add_argument(
         "--cumulative",
@@ -321,10 +224,10 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
         help="count each block under every frame of its traceback (lineno, filename)",
     )
     parser.add_argument("--json", action="store_true", help="JSON instead of text")
-    _add_pickle_option(parser)
+    add_pickle_option(parser)
 
 
-def _add_pickle_option(parser: argparse.ArgumentParser) -> None:
+def add_pickle_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-pickle",
         action="store_true",
@@ -333,15 +236,15 @@ def _add_pickle_option(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-inflate-ratio",
-        type=_ratio,
+        type=ratio_type,
         metavar="R",
         help="decompressed bytes a dump may hold per compressed byte (the bound against "
-        "decompression bombs; dumpfile's default applies without it): raise it only for a "
+        "decompression bombs; the reader's default applies without it): raise it only for a "
         "file you trust",
     )
 
 
-def _ratio(text: str) -> float:
+def ratio_type(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -351,49 +254,7 @@ def _ratio(text: str) -> float:
     return value
 
 
-_ratio.__name__ = "ratio"
-
-
-def _add_top(subparsers: SubParsers) -> None:
-    parser = subparsers.add_parser(
-        "top",
-        help="the top allocation sites of a dump",
-        description="Shows the top statistics of FILE (a heapwatch dump) like the agent's "
-        '/debug/heapwatch/top: the tracemalloc documentation\'s "Pretty top".',
-    )
-    parser.add_argument("file", metavar="FILE", help="a heapwatch dump")
-    _add_report_options(parser)
-    parser.set_defaults(func=run_guarded, command=_top)
-
-
-def _add_diff(subparsers: SubParsers) -> None:
-    parser = subparsers.add_parser(
-        "diff",
-        help="what changed between two dumps",
-        description="Shows the top differences from OLD to NEW (heapwatch dumps), biggest "
-        "change first.",
-    )
-    parser.add_argument("old", metavar="OLD", help="the earlier dump")
-    parser.add_argument("new", metavar="NEW", help="the later dump")
-    _add_report_options(parser)
-    parser.set_defaults(func=run_guarded, command=_diff)
-
-
-def _add_convert(subparsers: SubParsers) -> None:
-    parser = subparsers.add_parser(
-        "convert",
-        help="convert a dump for the stdlib's tracemalloc or pprof",
-        description="Converts FILE: --to tracemalloc writes what the stdlib's "
-        "tracemalloc.Snapshot.load() reads (a pickle); --to pprof a gzip profile.proto "
-        "(go tool pprof, Pyroscope); --to heapwatch a heapwatch dump (from a pickle).",
-    )
-    parser.add_argument("file", metavar="FILE", help="a heapwatch dump")
-    parser.add_argument("--to", required=True, choices=CONVERT_FORMATS, help="output format")
-    parser.add_argument(
-        "-o", "--output", required=True, metavar="OUT", help="output file ('-': stdout)"
-    )
-    _add_pickle_option(parser)
-    parser.set_defaults(func=run_guarded, command=_convert)
+ratio_type.__name__ = "ratio"
 
 
 def _usage_checks(options: argparse.Namespace) -> None:
@@ -409,7 +270,7 @@ def run_guarded(options: argparse.Namespace) -> int:
         status: int = options.command(options)
     except HeapwatchError as exc:  # DumpError and PickleRefusedError included
         text = str(exc)
-        if "max_inflate_ratio" in text:  # dumpfile's advice, in the command line's words
+        if "max_inflate_ratio" in text:  # the reader's advice, in the command line's words
             text += " (here: --max-inflate-ratio R)"
         print(f"{name}: {text}", file=sys.stderr)
         return 1
@@ -425,6 +286,3 @@ def run_guarded(options: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     return status
-
-
-COMMANDS: list[Callable[[SubParsers], None]] = [_add_top, _add_diff, _add_convert]

@@ -38,7 +38,6 @@ __all__ = [
 
 ENV_PREFIX = "HEAPWATCH_"
 EXPORTER_NAMES = ("prometheus", "otlp")
-MAX_SAMPLE_INTERVAL = 1 << 40  # the core's upper bound
 MAX_NFRAME = 65535  # heapwatch._core.MAX_NFRAME; a test pins the two together
 MIN_INTERVAL = 0.05
 MAX_INTERVAL = 86400.0
@@ -95,10 +94,20 @@ def _split_number(text: str) -> tuple[float, str]:
     return float(number), unit
 
 
+def _max_sample_interval() -> int:
+    # The core's bound, its one home.  Imported when a size is checked, not
+    # with this module: the auto-start hook imports this module before it
+    # knows whether to start, and importing the core registers its exit hook.
+    from heapwatch import _core  # noqa: PLC0415
+
+    return _core.MAX_SAMPLE_INTERVAL
+
+
 def parse_size(text: str) -> int:
     """Bytes from ``524288``, ``512KiB``, ``1MiB``, ``1.5MB`` (K/M/G alone are binary)."""
+    limit = _max_sample_interval()
     accepted = (
-        f"a size in bytes from 1 to {MAX_SAMPLE_INTERVAL} (1 TiB), "
+        f"a size in bytes from 1 to {limit} ({limit / (1 << 40):g} TiB), "
         "such as 524288, 512KiB, 1MiB or 1.5MB"
     )
     try:
@@ -108,7 +117,7 @@ def parse_size(text: str) -> int:
     if unit not in _SIZE_UNITS or math.isnan(number):
         raise ValueError(accepted)
     size = round(number * _SIZE_UNITS[unit])
-    if not 1 <= size <= MAX_SAMPLE_INTERVAL:
+    if not 1 <= size <= limit:
         raise ValueError(accepted)
     return size
 
@@ -226,32 +235,37 @@ def _parse_byte_limit(text: str) -> int:
     return size
 
 
+# A field's fallback when it is AgentConfig's default (its one home).
+_DEFAULT: Any = object()
+
+
 class _Field(NamedTuple):
     name: str
     parse: Callable[[str], Any]
-    fallback: Any  # what a bad environment value falls back to
+    # What a bad environment value falls back to: the default, unless said.
+    fallback: Any = _DEFAULT
     secret: bool = False  # never logged nor put in an error message
 
 
 # One row per setting: the parameter ``name`` is read from HEAPWATCH_<NAME>.
 _FIELDS = (
     # A bad HEAPWATCH_ENABLED switches heapwatch off: only a clear yes turns it on.
-    _Field("enabled", parse_bool, False),
-    _Field("mode", _parse_mode, "sample"),
-    _Field("sample_interval", parse_size, 512 * 1024),
-    _Field("nframe", _parse_int(1, MAX_NFRAME, "frames kept per traceback"), 1),
-    _Field("interval", parse_duration, 10.0),
-    _Field("top", _parse_int(0, MAX_TOP, "sites with their own series"), 20),
-    _Field("exporters", _parse_exporters, ("prometheus",)),
-    _Field("host", _parse_host, "127.0.0.1"),
-    _Field("port", _parse_int(0, 65535, "the first port tried, 0 for any free port"), 9438),
-    _Field("port_range", _parse_int(1, MAX_PORT_RANGE, "how many ports to try"), 32),
-    # A bad token leaves /debug/ closed (403), never open.
-    _Field("token", _parse_token, None, secret=True),
-    _Field("dump_signal", _parse_signal, "SIGUSR2"),
-    _Field("dump_dir", _parse_dump_dir, None),
-    _Field("dump_keep", _parse_int(0, MAX_DUMP_KEEP, "dumps kept, 0 for no limit"), 10),
-    _Field("dump_max_bytes", _parse_byte_limit, 0),
+    _Field("enabled", parse_bool, fallback=False),
+    _Field("mode", _parse_mode),
+    _Field("sample_interval", parse_size),
+    _Field("nframe", _parse_int(1, MAX_NFRAME, "frames kept per traceback")),
+    _Field("interval", parse_duration),
+    _Field("top", _parse_int(0, MAX_TOP, "sites with their own series")),
+    _Field("exporters", _parse_exporters),
+    _Field("host", _parse_host),
+    _Field("port", _parse_int(0, 65535, "the first port tried, 0 for any free port")),
+    _Field("port_range", _parse_int(1, MAX_PORT_RANGE, "how many ports to try")),
+    # A bad token leaves /debug/ closed (403), never open (the default: None).
+    _Field("token", _parse_token, secret=True),
+    _Field("dump_signal", _parse_signal),
+    _Field("dump_dir", _parse_dump_dir),
+    _Field("dump_keep", _parse_int(0, MAX_DUMP_KEEP, "dumps kept, 0 for no limit")),
+    _Field("dump_max_bytes", _parse_byte_limit),
 )
 # Settings that None switches off (from code; "none" or unset in the environment).
 _OPTIONAL = frozenset({"token", "dump_signal", "dump_dir"})
@@ -322,8 +336,11 @@ class AgentConfig(NamedTuple):
             text = env.get(variable)
             if text is None or not text.strip():
                 continue
+            fallback = field.fallback
+            if fallback is _DEFAULT:
+                fallback = cls._field_defaults[field.name]
             values[field.name] = env_value(
-                variable, text, field.parse, field.fallback, secret=field.secret
+                variable, text, field.parse, fallback, secret=field.secret
             )
         config = cls(**values)
         return config.replace(**overrides) if overrides else config

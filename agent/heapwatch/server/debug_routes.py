@@ -1,5 +1,8 @@
 """The agent's ``/debug/`` routes: dumps, top statistics, differences, pprof.
 
+The routes are a face of the dump service (``heapwatch.server.dumps``): they
+depend on it, it never on them; ``ServedDumpService`` puts the two together.
+
 Every route is protected (``Router.add(..., protected=True)``): with
 ``HEAPWATCH_TOKEN`` set it needs ``Authorization: Bearer <token>`` (401
 otherwise), without one it answers 403.  Each request that builds something
@@ -27,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qs
 
+from heapwatch.formats.dump import write_dump
+from heapwatch.formats.pprof import encode_heap_profile, heap_samples_from_tracebacks
 from heapwatch.formats.report import (
     KEY_TYPES,
     Report,
@@ -35,13 +40,13 @@ from heapwatch.formats.report import (
     to_json,
     top_report,
 )
+from heapwatch.server.dumps import DumpService, dump_header, iter_traces
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
     from heapwatch import _core
-    from heapwatch._dumps import DumpService
-    from heapwatch._router import Router
+    from heapwatch.agent.interface import AgentView, Routes
 
 __all__ = [
     "DIFF_PATH",
@@ -50,6 +55,7 @@ __all__ = [
     "TOP_PATH",
     "BadParameter",
     "ReportQuery",
+    "ServedDumpService",
     "add_routes",
     "parse_report_query",
 ]
@@ -295,9 +301,6 @@ class _Routes:
 
     def snapshot(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(_params: dict[str, str]) -> list[bytes]:
-            from heapwatch._dumps import dump_header, iter_traces  # noqa: PLC0415
-            from heapwatch.formats.dump import write_dump  # noqa: PLC0415 (imported on first use)
-
             snap = self._snapshot(traces=True)
             header = dump_header(snap, trigger="http", clock=self.service.clock)
             name = f"heapwatch-{header.pid}-{int(header.timestamp)}.hwdump"
@@ -351,11 +354,6 @@ class _Routes:
         def build(collect: bool) -> list[bytes]:
             if collect:
                 gc.collect()  # as Go's ?gc=1: only what is reachable
-            from heapwatch.formats.pprof import (  # noqa: PLC0415 (imported on first use)
-                encode_heap_profile,
-                heap_samples_from_tracebacks,
-            )
-
             snap = self._snapshot(traces=False)
             body = encode_heap_profile(
                 heap_samples_from_tracebacks(snap.tracebacks(names=True)),
@@ -392,7 +390,7 @@ class _Writer:
         return len(data)
 
 
-def add_routes(router: Router, service: DumpService) -> None:
+def add_routes(router: Routes, service: DumpService) -> None:
     """Adds the ``/debug/`` routes, protected, to ``router``."""
     routes = _Routes(service)
     apps: dict[str, WSGIApplication] = {
@@ -403,3 +401,18 @@ def add_routes(router: Router, service: DumpService) -> None:
     }
     for path, app in apps.items():
         router.add(path, app, protected=True)
+
+
+class ServedDumpService(DumpService):
+    """The dump service with its ``/debug/`` routes: the agent's ``dumps``
+    component (``heapwatch.agent.plugins``)."""
+
+    def start(self, agent: AgentView) -> None:
+        """Adds the ``/debug/`` routes, unless the agent serves nothing else
+        and has no token (they would only answer 403 on a port opened for
+        them), then starts the service (the dump signal)."""
+        router = agent.router
+        if router.token or router:
+            add_routes(router, self)
+            agent.retain_last_snapshot = True
+        super().start(agent)

@@ -1,10 +1,6 @@
-"""The ``heapwatch`` command (also ``python -m heapwatch``).
-
-Subcommands register themselves in ``COMMANDS``: each entry adds its parser
-to the subparsers and sets ``func`` (called with the parsed namespace,
-returning the exit status).  ``run`` is here; ``top``, ``diff`` and
-``convert``, which read dumps, are in ``heapwatch._cli_dumps``.
-"""
+"""``heapwatch run [options] -- COMMAND``: runs a command with the agent on,
+like ``opentelemetry-instrument``: the settings become ``HEAPWATCH_*``
+variables of its environment, then COMMAND replaces this process."""
 
 from __future__ import annotations
 
@@ -14,16 +10,12 @@ import shutil
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from heapwatch import __version__
-from heapwatch._cli_dumps import COMMANDS as DUMP_COMMANDS
-from heapwatch._config import AgentConfig, ConfigError, to_environ
+from heapwatch.agent.config import AgentConfig, ConfigError, to_environ
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["add_parser", "run_environment"]
 
 
 def _setting(name: str) -> Callable[[str], str]:
@@ -57,7 +49,7 @@ _RUN_OPTIONS = (
 )
 
 
-def _add_run(subparsers: SubParsers) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run a Python command with the heapwatch agent on",
@@ -115,27 +107,3 @@ def _run(options: argparse.Namespace) -> int:
         print(f"heapwatch run: {command[0]}: {exc.strerror}", file=sys.stderr)
         return 126
     return 0  # pragma: no cover - execve does not return
-
-
-COMMANDS: list[Callable[[SubParsers], None]] = [_add_run, *DUMP_COMMANDS]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="heapwatch", description="heapwatch: an always-on memory monitor for Python."
-    )
-    parser.add_argument("--version", action="version", version=f"heapwatch {__version__}")
-    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
-    subparsers.required = True
-    for add in COMMANDS:
-        add(subparsers)
-    for choice in subparsers.choices.values():
-        choice.set_defaults(parser=choice)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    options = parser.parse_args(argv)
-    status: int = options.func(options)
-    return status

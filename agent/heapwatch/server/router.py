@@ -2,7 +2,7 @@
 
 ``/metrics`` is one route; other components add theirs (``Router.add``), some
 behind a bearer token.  Light on purpose (no ``http.server``): every agent has
-a router, only one with routes serves it (``heapwatch._server``).
+a router, only one with routes serves it (``heapwatch.server.http``).
 """
 
 from __future__ import annotations

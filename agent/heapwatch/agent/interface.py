@@ -1,0 +1,163 @@
+"""What the agent publishes, and what its components implement.
+
+The agent's one public interface to the layers above it: exporters, the dump
+service and the HTTP endpoint depend on these types, never on the agent's
+internals, and the agent never imports them (it finds them by name,
+``heapwatch.agent.plugins``), as the OpenTelemetry SDK defines
+``MetricExporter`` and loads the exporters named in ``OTEL_METRICS_EXPORTER``.
+
+* ``Site``, ``CycleResult`` and ``Readings``: what a cycle saw, and what
+  exporters read (``AgentView.readings()``; a read never takes a snapshot).
+* ``Component``: ``start(agent)`` / ``shutdown(timeout)`` /
+  ``after_fork_in_child()``, the life of an exporter (or the dump service)
+  inside the agent.
+* ``AgentView``, ``Routes`` and ``Server``: what a component may use of the
+  agent, its HTTP routes and the server that serves them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Protocol
+
+from heapwatch.agent.procmem import NATIVE_HEAP_UNAVAILABLE
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIApplication
+
+    from heapwatch.agent.config import AgentConfig
+
+__all__ = [
+    "OTHER_FILE",
+    "OTHER_LINE",
+    "AgentView",
+    "Component",
+    "CycleResult",
+    "Readings",
+    "ReadingsSource",
+    "Routes",
+    "Server",
+    "Site",
+]
+
+# The series that sums every site outside the top ones (fixed: dashboards
+# and alert rules select on it).
+OTHER_FILE = "<other>"
+OTHER_LINE = 0
+
+
+class Site(NamedTuple):
+    """One allocation site (file and line) in a cycle's result."""
+
+    file: str
+    line: int
+    size: int
+    """Live bytes allocated there (an estimate in sample mode)."""
+    blocks: int
+    growth: int
+    """Change of ``size`` since the previous cycle (0 on the first cycle)."""
+
+
+class CycleResult(NamedTuple):
+    """What one cycle saw.  ``sites`` holds the top sites by size, then the
+    ``<other>`` site, so that their sizes sum to ``traced`` and their growths
+    to the change of ``traced`` since the previous cycle."""
+
+    timestamp: float
+    """Unix time of the snapshot."""
+    duration: float
+    """Seconds the cycle took."""
+    traced: int
+    peak: int
+    """Peak traced bytes since the previous cycle."""
+    blocks: int
+    tracer_memory: int
+    """Bytes the tracer itself uses."""
+    dropped: int
+    """Traces lost since tracing started (no memory to record them)."""
+    sites: tuple[Site, ...]
+    resident: int | None = None
+    """The process's resident set, in bytes (None where unknown)."""
+    untraced: int | None = None
+    """Resident bytes neither traced nor the tracer's own: memory of C code,
+    or heap the C allocator keeps (see ``native_retained``)."""
+    native_in_use: int | None = None
+    """Bytes the C allocator (glibc) has handed out and not had back: Python's
+    large blocks and native code's alike; None without glibc's mallinfo2."""
+    native_retained: int | None = None
+    """Bytes free in the C allocator's heap, retained rather than given back."""
+
+
+class Readings(NamedTuple):
+    """What exporters publish: the last successful cycle and the agent's counters."""
+
+    result: CycleResult | None
+    cycles: int
+    """Cycles run, failed ones included."""
+    errors: int
+    """Cycles that failed."""
+    mode: str
+    sample_interval: int
+    """Bytes between samples on average; 0 in exact mode."""
+    native_heap: str = NATIVE_HEAP_UNAVAILABLE
+    """Where ``native_in_use`` and ``native_retained`` come from: "mallinfo2",
+    or "unavailable" (another C library, or another malloc preloaded)."""
+
+
+ReadingsSource = Callable[[], Optional[Readings]]
+"""What exporters read: the agent's ``readings``, or None without an agent."""
+
+
+class Routes(Protocol):
+    """The agent's HTTP routes (``heapwatch.server.router.Router``)."""
+
+    token: str | None
+    """The bearer token protected routes need; None closes them (403)."""
+
+    def add(self, path: str, app: WSGIApplication, *, protected: bool = False) -> None: ...
+    def paths(self) -> list[str]: ...
+    def __bool__(self) -> bool:
+        """Whether there is any route to serve."""
+
+
+class Server(Protocol):
+    """The HTTP server of the agent's routes (``heapwatch.server.http.Server``),
+    built as ``server(routes, host, port, port_range)``."""
+
+    @property
+    def address(self) -> tuple[str, int] | None: ...
+    @property
+    def url(self) -> str | None: ...
+    def start(self) -> bool:
+        """Binds the first free port of the range and serves; False if none is free."""
+
+    def stop(self, timeout: float = 5.0) -> bool: ...
+    def close_in_child(self) -> None:
+        """In a forked child: closes the parent's socket, without shutting it down."""
+
+
+class AgentView(Protocol):
+    """What a component sees of the agent that starts it."""
+
+    config: AgentConfig
+    router: Routes
+    retain_last_snapshot: bool
+    """Set to keep each cycle's snapshot for ``last_snapshot()``."""
+
+    def readings(self) -> Readings: ...
+    def last_snapshot(self) -> tuple[Any, float] | None: ...
+
+
+class Component(Protocol):
+    """A part the agent starts and stops: an exporter, the dump service.
+
+    ``start`` may add routes to ``agent.router`` and read ``agent.readings()``
+    whenever it likes; it is called again in a forked child after
+    ``after_fork_in_child``, which must drop what belongs to the parent
+    process without any I/O.  ``shutdown`` is bounded by its timeout.
+    """
+
+    name: str
+
+    def start(self, agent: AgentView) -> None: ...
+    def shutdown(self, timeout: float) -> None: ...
+    def after_fork_in_child(self) -> None: ...

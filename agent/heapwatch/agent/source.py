@@ -1,0 +1,89 @@
+"""Where the agent's and the dump service's snapshots come from.
+
+``CoreSource`` is the one adapter over ``heapwatch._core``: the agent's cycle
+takes aggregated snapshots that reset the peak, the dump service takes
+snapshots with every trace that leave the peak alone.  Tests give a model
+instead (``SnapshotSource``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from heapwatch import _core
+
+__all__ = ["CoreSource", "SnapshotLike", "SnapshotSource"]
+
+
+class SnapshotLike(Protocol):
+    @property
+    def traced(self) -> int: ...
+    @property
+    def peak(self) -> int: ...
+    @property
+    def blocks(self) -> int: ...
+    def group(self, key_type: _core.KeyType) -> Any: ...
+
+
+class SnapshotSource(Protocol):
+    """Where snapshots come from: the C core, or a model in tests."""
+
+    def start(self, nframe: int, mode: str, sample_interval: int) -> bool:
+        """Starts tracing; False if it was already tracing (it then keeps its
+        own configuration and is not stopped with the agent)."""
+
+    def stop(self) -> None: ...
+    def configuration(self) -> tuple[str, int]:
+        """(mode, sample_interval) in force."""
+
+    def take_snapshot(self) -> SnapshotLike:
+        """An aggregated snapshot; resets the peak atomically with it."""
+
+    def reset_peak(self) -> None: ...
+    def tracer_memory(self) -> int: ...
+    def dropped(self) -> int: ...
+    def drain(self) -> None: ...
+
+
+class CoreSource:
+    """``heapwatch._core``, the C tracer."""
+
+    def __init__(self) -> None:
+        from heapwatch import _core  # noqa: PLC0415 (the C core: only when used)
+
+        self._core = _core
+
+    def start(self, nframe: int, mode: str, sample_interval: int) -> bool:
+        if self._core.is_tracing():
+            return False
+        self._core.start(nframe, mode, sample_interval)  # type: ignore[arg-type]
+        return True
+
+    def stop(self) -> None:
+        self._core.stop()
+
+    def configuration(self) -> tuple[str, int]:
+        config = self._core.get_config()
+        return config["mode"], config["sample_interval"]
+
+    def take_snapshot(self) -> SnapshotLike:
+        return self._core.take_snapshot(traces=False, reset_peak=True)
+
+    def reset_peak(self) -> None:
+        self._core.reset_peak()
+
+    def tracer_memory(self) -> int:
+        return self._core.get_tracemalloc_memory()
+
+    def dropped(self) -> int:
+        return self._core.get_stats()["dropped"]
+
+    def drain(self) -> None:
+        self._core.drain()
+
+    def snapshot(self, traces: bool) -> _core.Snapshot:
+        """A snapshot of the tracer now (with every trace if ``traces``) that
+        leaves the peak alone (the peak is the agent cycle's to reset);
+        raises RuntimeError when nothing is being traced."""
+        return self._core.take_snapshot(traces=traces, reset_peak=False)

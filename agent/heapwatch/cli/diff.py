@@ -1,0 +1,66 @@
+"""``heapwatch diff OLD NEW``: what changed between two dumps, biggest change first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING
+
+from heapwatch.cli.dump_input import (
+    add_report_options,
+    group,
+    open_input,
+    print_text,
+    run_guarded,
+    when,
+)
+from heapwatch.formats.report import diff_report, format_text, to_json
+from heapwatch.tracemalloc.objects import (
+    StatisticDiff,
+    _compare_grouped_stats,
+)
+from heapwatch.tracemalloc.raw import raw_diffs
+
+if TYPE_CHECKING:
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = ["add_parser"]
+
+
+def _diff(options: argparse.Namespace) -> int:
+    old = open_input(options, options.old)
+    old_grouped = group(old, options.key_type, options.cumulative)
+    new = open_input(options, options.new)
+    new_grouped = group(new, options.key_type, options.cumulative)
+    diffs = _compare_grouped_stats(old_grouped.by_traceback, new_grouped.by_traceback)
+    diffs.sort(key=StatisticDiff._sort_key, reverse=True)
+    notes = [f"from {old.path} ({when(old.meta)})", f"to {new.path} ({when(new.meta)})"]
+    if old.mode != new.mode:
+        notes.append(f"{old.path} was taken in {old.mode} mode, {new.path} in {new.mode} mode")
+    report = diff_report(
+        raw_diffs(diffs),
+        new_grouped.total,
+        old_grouped.total,
+        key_type=options.key_type,
+        cumulative=options.cumulative,
+        limit=options.limit,
+        mode=new.mode,
+        sample_interval=new.sample_interval,
+        notes=notes,
+        meta={"old": {"file": old.path, **old.meta}, "new": {"file": new.path, **new.meta}},
+    )
+    print_text(json.dumps(to_json(report)) + "\n" if options.json else format_text(report))
+    return 0
+
+
+def add_parser(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "diff",
+        help="what changed between two dumps",
+        description="Shows the top differences from OLD to NEW (heapwatch dumps), biggest "
+        "change first.",
+    )
+    parser.add_argument("old", metavar="OLD", help="the earlier dump")
+    parser.add_argument("new", metavar="NEW", help="the later dump")
+    add_report_options(parser)
+    parser.set_defaults(func=run_guarded, command=_diff)

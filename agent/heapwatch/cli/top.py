@@ -1,0 +1,54 @@
+"""``heapwatch top FILE``: the top allocation sites of a dump, as the agent's
+``/debug/heapwatch/top`` shows them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING
+
+from heapwatch.cli.dump_input import (
+    add_report_options,
+    group,
+    open_input,
+    print_text,
+    run_guarded,
+)
+from heapwatch.formats.report import format_text, to_json, top_report
+from heapwatch.tracemalloc.objects import Statistic
+from heapwatch.tracemalloc.raw import raw_statistics
+
+if TYPE_CHECKING:
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = ["add_parser"]
+
+
+def _top(options: argparse.Namespace) -> int:
+    source = open_input(options, options.file)
+    grouped = group(source, options.key_type, options.cumulative)
+    stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
+    report = top_report(
+        raw_statistics(stats),
+        grouped.total,
+        key_type=options.key_type,
+        cumulative=options.cumulative,
+        limit=options.limit,
+        mode=source.mode,
+        sample_interval=source.sample_interval,
+        meta={"file": source.path, **source.meta},
+    )
+    print_text(json.dumps(to_json(report)) + "\n" if options.json else format_text(report))
+    return 0
+
+
+def add_parser(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "top",
+        help="the top allocation sites of a dump",
+        description="Shows the top statistics of FILE (a heapwatch dump) like the agent's "
+        '/debug/heapwatch/top: the tracemalloc documentation\'s "Pretty top".',
+    )
+    parser.add_argument("file", metavar="FILE", help="a heapwatch dump")
+    add_report_options(parser)
+    parser.set_defaults(func=run_guarded, command=_top)

@@ -1,0 +1,88 @@
+"""The layer contract (tests/check_layers.py, run by `make lint`) holds, and
+fails on an upward import or a cycle, function-level imports included."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import check_layers  # noqa: E402
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+MINIMAL = {
+    "agent/heapwatch/__init__.py": "",
+    "agent/heapwatch/_errors.py": "",
+    "agent/heapwatch/formats/__init__.py": "",
+    "agent/heapwatch/tracemalloc/__init__.py": "from heapwatch.formats import report\n",
+    "agent/heapwatch/formats/report.py": "from heapwatch import _errors\n",
+    "agent/heapwatch/agent/__init__.py": "",
+    "agent/heapwatch/agent/config.py": "",
+    "exporters/heapwatch_exporters/__init__.py": "from heapwatch.agent import config\n",
+}
+
+
+def test_heapwatch_keeps_its_layers() -> None:
+    # Given the repository's code, when its imports are read, then none goes up
+    assert check_layers.check(ROOT) == []
+
+
+def test_a_minimal_tree_that_keeps_the_layers_passes(tmp_path: Path) -> None:
+    assert check_layers.check(tree(tmp_path, MINIMAL)) == []
+
+
+def test_an_upward_import_inside_a_function_fails(tmp_path: Path) -> None:
+    # Given a format that imports the agent lazily
+    files = dict(MINIMAL)
+    files["agent/heapwatch/formats/report.py"] = (
+        "def late():\n    from heapwatch.agent.config import X\n    return X\n"
+    )
+    # When checked, then the line is named
+    (problem,) = check_layers.check(tree(tmp_path, files))
+    assert "agent/heapwatch/formats/report.py:2" in problem
+    assert "a higher layer" in problem
+
+
+def test_a_type_checking_import_counts(tmp_path: Path) -> None:
+    files = dict(MINIMAL)
+    files["agent/heapwatch/agent/config.py"] = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from heapwatch_exporters import Thing\n"
+    )
+    problems = check_layers.check(tree(tmp_path, files))
+    assert any("imports heapwatch_exporters" in p and "higher layer" in p for p in problems)
+    # (and heapwatch_exporters imports the config: a cycle too)
+    assert "import cycle: heapwatch.agent.config -> heapwatch_exporters" in problems
+
+
+def test_siblings_of_one_layer_stay_apart(tmp_path: Path) -> None:
+    files = dict(MINIMAL)
+    files["agent/heapwatch/server/__init__.py"] = "import heapwatch_exporters\n"
+    (problem,) = check_layers.check(tree(tmp_path, files))
+    assert "siblings" in problem
+
+
+def test_a_cycle_within_a_layer_fails(tmp_path: Path) -> None:
+    files = dict(MINIMAL)
+    files["agent/heapwatch/agent/a.py"] = "from heapwatch.agent import b\n"
+    files["agent/heapwatch/agent/b.py"] = "def f():\n    from heapwatch.agent import a\n"
+    problems = check_layers.check(tree(tmp_path, files))
+    assert problems == ["import cycle: heapwatch.agent.a -> heapwatch.agent.b"]
+
+
+def test_a_module_outside_every_layer_is_named(tmp_path: Path) -> None:
+    # A new module under heapwatch/ gets its layer in LAYERS before it passes.
+    files = dict(MINIMAL)
+    files["agent/heapwatch/newthing.py"] = ""
+    (problem,) = check_layers.check(tree(tmp_path, files))
+    assert "heapwatch.newthing belongs to no layer" in problem
