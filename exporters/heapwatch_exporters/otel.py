@@ -127,6 +127,8 @@ def _instruments_for(provider: MeterProvider) -> _Instruments:
 def configured_meter_provider() -> MeterProvider | None:
     """The application's global MeterProvider, or None if it set none."""
     provider = metrics.get_meter_provider()
+    # Probed here, where it is asked: a private module of the API, which an
+    # API without the proxy class lacks.
     try:
         from opentelemetry.metrics._internal import (  # noqa: PLC0415
             _ProxyMeterProvider,
@@ -177,6 +179,8 @@ def _protocol(environ: Mapping[str, str]) -> str:
 
 
 def _otlp_exporter(environ: Mapping[str, str]) -> Any:
+    # The OTLP exporter of the protocol asked for, imported only then (grpc's
+    # is an optional package; either costs start-up time).
     if _protocol(environ) == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415

@@ -22,6 +22,7 @@ import errno
 import logging
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -376,8 +377,6 @@ class DumpService:
     # ---- the signal --------------------------------------------------------
 
     def _arm(self, name: str) -> None:
-        import signal  # noqa: PLC0415 (only with a dump signal)
-
         # Without a dump directory the signal is taken only from its default
         # action, which would kill the service; nobody asked for dumps, so
         # what stops us is not worth a warning.
@@ -435,8 +434,6 @@ class DumpService:
         signum = self._signum
         if signum is None:
             return True
-        import signal  # noqa: PLC0415 (armed: already imported)
-
         try:
             if signal.getsignal(signum) is self._handler:
                 signal.signal(signum, self._previous_handler)
