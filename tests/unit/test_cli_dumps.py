@@ -421,7 +421,7 @@ def test_convert_into_a_directory_names_the_users_path(
 def test_a_refused_decompression_is_lifted_by_the_option_the_message_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_dumpfile import bomb
+    from test_formats_dump import bomb
 
     from heapwatch.formats.dump import reader
 

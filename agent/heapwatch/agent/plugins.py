@@ -15,7 +15,7 @@ Those are resolved from ``OWN_COMPONENTS``, the same "module:attribute"
 names written in code, because reading the installed entry points imports
 ``importlib.metadata`` (and the email package: tens of milliseconds) on the
 start-up path of every agent, including one that serves nothing;
-tests/unit/test_plugins.py keeps the table equal to the installed entry points.
+tests/unit/test_agent_plugins.py keeps the table equal to the installed entry points.
 """
 
 from __future__ import annotations

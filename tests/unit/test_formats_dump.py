@@ -1,6 +1,6 @@
 """heapwatch.dumpfile: round trips, the header, sniff, versions, and every way
 a dump can be bad (crafted byte by byte with _dumpcraft).  The hypothesis
-fuzzing lives in test_dumpfile_fuzz.py."""
+fuzzing lives in test_formats_dump_fuzz.py."""
 
 from __future__ import annotations
 

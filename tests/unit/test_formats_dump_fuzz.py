@@ -3,7 +3,7 @@ either reads as a dump or raises DumpError, fast; nothing else, ever.
 
 Example counts are moderate (HEAPWATCH_FUZZ_EXAMPLES, default 200, raises
 them for a long run); failures hypothesis finds become explicit regression
-tests in test_dumpfile.py.
+tests in test_formats_dump.py.
 """
 
 from __future__ import annotations
