@@ -2,25 +2,8 @@
 
 pprof is a file format, so it lives with heapwatch's formats
 (``heapwatch.formats.pprof``); this module keeps
-``from heapwatch_exporters.pprof import ...`` working.
+``from heapwatch_exporters.pprof import ...`` working, with the same names.
 """
 
-from heapwatch.formats.pprof import (
-    INT64_MAX,
-    PYTHON_MAPPING,
-    UNKNOWN,
-    HeapSample,
-    decode_profile,
-    encode_heap_profile,
-    heap_samples_from_tracebacks,
-)
-
-__all__ = [
-    "INT64_MAX",
-    "PYTHON_MAPPING",
-    "UNKNOWN",
-    "HeapSample",
-    "decode_profile",
-    "encode_heap_profile",
-    "heap_samples_from_tracebacks",
-]
+from heapwatch.formats.pprof import *  # noqa: F403 (the same public names)
+from heapwatch.formats.pprof import __all__  # noqa: F401 (the same public names)

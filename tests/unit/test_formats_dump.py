@@ -463,18 +463,22 @@ def test_public_interface() -> None:
     assert {name: getattr(dumpfile, name) for name in dumpfile.__all__} == {
         name: getattr(dump, name) for name in dumpfile.__all__
     }
-    assert set(dump.__all__) == {*dumpfile.__all__, "process_header"}
-    assert set(dumpfile.__all__) == {
-        "FORMAT_VERSION",
-        "Dump",
-        "DumpError",
-        "DumpHeader",
-        "RawTrace",
-        "iter_dump",
-        "read_dump",
-        "sniff",
-        "write_dump",
-    }
+    assert (
+        set(dumpfile.__all__)
+        == set(dump.__all__)
+        == {
+            "FORMAT_VERSION",
+            "Dump",
+            "DumpError",
+            "DumpHeader",
+            "RawTrace",
+            "iter_dump",
+            "process_header",
+            "read_dump",
+            "sniff",
+            "write_dump",
+        }
+    )
     assert FORMAT_VERSION == 1
 
 

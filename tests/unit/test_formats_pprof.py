@@ -427,3 +427,12 @@ def test_decoder_rejects_wrong_wire_types_and_bad_utf8() -> None:
         decode_profile(b"\x4a\x01\x00")  # time_nanos as bytes
     with pytest.raises(ValueError):
         decode_profile(b"\x32\x01\xff")  # string_table entry not UTF-8
+
+
+def test_heapwatch_exporters_pprof_keeps_its_names() -> None:
+    # The module first published the format; it now re-exports it.
+    from heapwatch_exporters import pprof as first_home
+
+    assert first_home.__all__ == pprof.__all__
+    for name in pprof.__all__:
+        assert getattr(first_home, name) is getattr(pprof, name)

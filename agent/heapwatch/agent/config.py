@@ -103,13 +103,9 @@ def _max_sample_interval() -> int:
     return _core.MAX_SAMPLE_INTERVAL
 
 
-def parse_size(text: str) -> int:
-    """Bytes from ``524288``, ``512KiB``, ``1MiB``, ``1.5MB`` (K/M/G alone are binary)."""
-    limit = _max_sample_interval()
-    accepted = (
-        f"a size in bytes from 1 to {limit} ({limit / (1 << 40):g} TiB), "
-        "such as 524288, 512KiB, 1MiB or 1.5MB"
-    )
+def _bytes_in(text: str, lowest: int, highest: int, accepted: str) -> int:
+    """Bytes from ``text`` with an optional unit, in [lowest; highest];
+    ValueError(accepted) otherwise."""
     try:
         number, unit = _split_number(text)
     except ValueError:
@@ -117,9 +113,19 @@ def parse_size(text: str) -> int:
     if unit not in _SIZE_UNITS or math.isnan(number):
         raise ValueError(accepted)
     size = round(number * _SIZE_UNITS[unit])
-    if not 1 <= size <= limit:
+    if not lowest <= size <= highest:
         raise ValueError(accepted)
     return size
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``524288``, ``512KiB``, ``1MiB``, ``1.5MB`` (K/M/G alone are binary)."""
+    limit = _max_sample_interval()
+    accepted = (
+        f"a size in bytes from 1 to {limit} ({limit / (1 << 40):g} TiB), "
+        "such as 524288, 512KiB, 1MiB or 1.5MB"
+    )
+    return _bytes_in(text, 1, limit, accepted)
 
 
 def parse_duration(text: str) -> float:
@@ -223,16 +229,7 @@ def _parse_byte_limit(text: str) -> int:
         "a size in bytes, such as 500MiB or 2GB, or 0 for no limit "
         f"(at most {MAX_DUMP_BYTES} bytes)"
     )
-    try:
-        number, unit = _split_number(text)
-    except ValueError:
-        raise ValueError(accepted) from None
-    if unit not in _SIZE_UNITS or math.isnan(number):
-        raise ValueError(accepted)
-    size = round(number * _SIZE_UNITS[unit])
-    if not 0 <= size <= MAX_DUMP_BYTES:
-        raise ValueError(accepted)
-    return size
+    return _bytes_in(text, 0, MAX_DUMP_BYTES, accepted)
 
 
 # A field's fallback when it is AgentConfig's default (its one home).
