@@ -168,6 +168,29 @@ KNOWN_DIFFERENCES: dict[str, dict[str, Known]] = {
 }
 
 
+# Tests not run at all (in any way, so that the ways stay comparable): what
+# they do breaks with any other thread in the process, the agent's or the
+# service's own (file -> test method -> why).
+NOT_RUN: dict[str, dict[str, str]] = {
+    "test_capi": {
+        # InterpreterConfigTests: 3.12+; on 3.15 it crashed in every try.
+        "test_interp_init": (
+            "runs subinterpreters with a GIL of their own over the main interpreter's obmalloc "
+            "(a config the test calls questionable), which corrupts pymalloc whenever another "
+            "thread allocates meanwhile: with a plain Python thread and no heapwatch it crashed "
+            "3.15 three times in three"
+        ),
+    },
+    "test_call": {
+        "test_super_deep": (
+            "allocates at every level of a recursion 90,000 to 100,000 frames deep, and a tracer "
+            "walks the whole stack at each allocation to count total_nframe: the stdlib's "
+            "(-X tracemalloc=25) did not finish it in 10 minutes on 3.15 (1.4 s untraced)"
+        ),
+    },
+}
+
+
 @dataclass
 class Run:
     """One file run one way."""
@@ -230,7 +253,15 @@ def run_file(python: str, name: str, way: str, timeout: float) -> Run:
     try:
         with (scratch / "output.txt").open("w+") as output:
             proc = subprocess.Popen(
-                [python, "-m", "test", "--junit-xml", str(xml_path), name],
+                [
+                    python,
+                    "-m",
+                    "test",
+                    "--junit-xml",
+                    str(xml_path),
+                    *(arg for test in NOT_RUN.get(name, {}) for arg in ("-i", test)),
+                    name,
+                ],
                 cwd=scratch,
                 env=_environment(way),
                 stdin=subprocess.DEVNULL,
@@ -395,6 +426,9 @@ def table(results: Iterable[FileResult], ways: Sequence[str], python: str) -> st
             for test in known:
                 why = KNOWN_DIFFERENCES[result.name][test].why
                 lines.append(f"\nknown difference: {result.name} {test} ({way}): {why}")
+    for result in rows:
+        for test, why in NOT_RUN.get(result.name, {}).items():
+            lines.append(f"\nnot run: {result.name} {test}: {why}")
     return "\n".join(lines) + "\n"
 
 
