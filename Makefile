@@ -18,7 +18,7 @@ SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
+.PHONY: ci-host-versions ci-sid-versions guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -93,10 +93,24 @@ ci-tools:  ## install the external tools CI tests with (Debian packages)
 ci: ci-tools  ## what CI runs: lint, every Python, the sanitizer build, the guest suite, the real tools
 	$(MAKE) --no-print-directory lint
 	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test
-	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test-all VERSIONS="$(filter-out $(shell $(PYTHON) -c 'import sys;print("%d.%d"%sys.version_info[:2])'),$(VERSIONS))"
+	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory -j2 --output-sync=target ci-host-versions ci-sid-versions
 	$(MAKE) --no-print-directory sanitize
-	$(MAKE) --no-print-directory guest
+	$(MAKE) --no-print-directory -j2 --output-sync=target guest guest-newest
 	$(MAKE) --no-print-directory soak-short
+
+# make ci runs the host's other versions and the chroot's side by side (two
+# cores, each suite mostly one), each with its venvs and build tree.
+HOST_VERSION := $(shell $(PYTHON) -c 'import sys;print("%d.%d"%sys.version_info[:2])')
+NEWEST       := $(lastword $(SID_VERSIONS))
+
+ci-host-versions:
+	$(MAKE) --no-print-directory test-all VERSIONS="$(filter-out $(HOST_VERSION) $(SID_VERSIONS),$(VERSIONS))"
+
+ci-sid-versions:
+	$(MAKE) --no-print-directory test-all VERSIONS="$(SID_VERSIONS)"
+
+guest-newest:  ## the guest suite on the newest Python (in the Debian sid chroot)
+	tools/sid-python run make --no-print-directory guest PYTHON=python$(NEWEST) VENV=.venvs/$(NEWEST)
 
 clean:  ## remove build products and virtual environments
 	rm -rf build dist *.egg-info agent/*.egg-info $(VENV) $(VENV)-asan .venvs agent/heapwatch/*.so

@@ -43,13 +43,15 @@ def _build_options() -> dict[str, dict[str, str]]:
     # Builds with other flags keep their objects apart: setuptools reuses an
     # object newer than its source whatever flags compiled it, so a sanitizer
     # build would otherwise end up in the next plain one of the same Python.
-    for variable, base in (
-        ("HEAPWATCH_SANITIZE", "build/sanitize"),
-        ("HEAPWATCH_DEBUG", "build/debug"),
-    ):
+    # Each interpreter has a tree of its own too (its wheel's staging
+    # directory and metadata included): make ci builds two at once.
+    base = f"build/{sys.implementation.cache_tag}"
+    for variable, flavour in (("HEAPWATCH_SANITIZE", "sanitize"), ("HEAPWATCH_DEBUG", "debug")):
         if os.environ.get(variable):
-            return {"build": {"build_base": base}}
-    return {}
+            base += f"-{flavour}"
+            break
+    os.makedirs(base, exist_ok=True)
+    return {"build": {"build_base": base}, "egg_info": {"egg_base": base}}
 
 
 def _link_args() -> list[str]:
