@@ -1,0 +1,171 @@
+"""The leak score (heapwatch.agent.leaks): growth of surviving memory against
+its noise, on series built by hand."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+
+from heapwatch.agent.leaks import LeakTracker, Observation, leak_score, ranked
+
+WINDOW = 1800.0
+CYCLE = 10.0
+KIB = 1024.0
+MIB = 1024.0 * KIB
+
+
+def _series(
+    old: Callable[[float], float],
+    minutes: float,
+    live: Callable[[float], float] | None = None,
+    var: Callable[[float], float] | None = None,
+) -> list[Observation]:
+    steps = int(minutes * 60 / CYCLE)
+    out = []
+    for i in range(steps + 1):
+        t = i * CYCLE
+        o = old(t)
+        v = var(t) if var is not None else 0.0
+        out.append(Observation(t, live(t) if live is not None else o, o, v, v))
+    return out
+
+
+def _max_score(obs: list[Observation], since: float = 0.0) -> float:
+    return max(leak_score(obs[: i + 1], WINDOW, since).score for i in range(len(obs)))
+
+
+def test_a_steady_leak_is_flagged_within_two_thirds_of_the_window() -> None:
+    # Given a site whose surviving bytes grow by 10 KiB/s from nothing
+    obs = _series(lambda t: 10 * KIB * t, 20)
+    # When scored after 20 minutes
+    result = leak_score(obs, WINDOW, since=0.0)
+    # Then it is flagged, with its rate
+    assert result.score >= 0.9
+    assert result.rate == pytest.approx(10 * KIB, rel=0.01)
+    # and it was not after 10 minutes
+    assert leak_score(obs[:61], WINDOW, since=0.0).score < 0.5
+
+
+def test_a_cache_that_fills_then_evicts_is_not_a_leak() -> None:
+    obs = _series(lambda t: min(t, 600.0) * 50 * MIB / 600, 180)
+    assert _max_score(obs) < 0.5
+
+
+def test_memory_that_saturates_is_not_a_leak() -> None:
+    obs = _series(lambda t: 30 * MIB * (1 - math.exp(-t / 240)), 180)
+    assert _max_score(obs) < 0.5
+
+
+def test_a_batch_that_comes_and_goes_is_not_a_leak() -> None:
+    obs = _series(lambda t: 100 * MIB if (t % 300) < 150 else 0.0, 180)
+    assert _max_score(obs) < 0.5
+
+
+def test_a_random_walk_is_not_a_leak() -> None:
+    rng = random.Random(7)
+    level = [20 * MIB]
+
+    def wander(_t: float) -> float:
+        level[0] = max(0.0, level[0] + rng.gauss(0, 0.1 * MIB) - 0.01 * (level[0] - 20 * MIB))
+        return level[0]
+
+    obs = _series(wander, 180)
+    assert _max_score(obs) < 0.5
+
+
+def test_a_new_site_that_holds_steady_memory_is_not_a_leak() -> None:
+    obs = [o for o in _series(lambda t: 50 * MIB, 60) if o.time >= 600]
+    assert leak_score(obs, WINDOW, since=0.0).score < 0.1
+
+
+def _sampled_leak(rate: float, minutes: float, seed: int) -> list[Observation]:
+    """A leak of small blocks sampled at 512 KiB: each sample adds 512 KiB to
+    the estimate, and 512 KiB squared to its variance."""
+    interval = 512 * KIB
+    rng = random.Random(seed)
+    state = {"next": rng.expovariate(rate / interval), "est": 0.0}
+
+    def sampled(t: float) -> float:
+        while state["next"] < t:
+            state["next"] += rng.expovariate(rate / interval)
+            state["est"] += interval
+        return state["est"]
+
+    return _series(sampled, minutes, var=lambda t: state["est"] * interval)
+
+
+def test_sampling_noise_hides_growth_smaller_than_itself() -> None:
+    # 1 KiB/s sampled at 512 KiB: a new sample every 8.5 minutes
+    assert leak_score(_sampled_leak(KIB, 30, 3), WINDOW, since=0.0).score < 0.9
+
+
+def _minutes_to_flag(obs: list[Observation]) -> float:
+    for i in range(len(obs)):
+        if leak_score(obs[: i + 1], WINDOW, since=0.0).score >= 0.9:
+            return obs[i].time / 60
+    return math.inf
+
+
+def test_sampled_leak_at_10_kib_per_second_is_flagged_in_about_20_minutes() -> None:
+    # about 20 samples in 18 minutes: most runs flag it then, unlucky ones later
+    minutes = sorted(_minutes_to_flag(_sampled_leak(10 * KIB, 30, seed)) for seed in range(8))
+    assert minutes[len(minutes) // 2] <= 20
+    assert minutes[-1] <= 25
+
+
+def test_a_leak_that_keeps_moving_is_caught_by_its_live_bytes() -> None:
+    # a list's array: reallocated (young again) at each eighth of growth
+    def array(t: float) -> float:
+        return 10 * KIB * t + 4096
+
+    def old(t: float) -> float:
+        size = array(t)
+        moved = 4096 * 1.125 ** math.floor(math.log(size / 4096, 1.125))
+        return 0.0 if (size - moved) / (10 * KIB) < 80 else size
+
+    result = leak_score(_series(old, 25, live=array), WINDOW, since=0.0)
+    assert result.score >= 0.9 and result.series == "live"
+
+
+def test_scores_are_in_the_unit_interval_and_empty_is_zero() -> None:
+    assert leak_score([], WINDOW).score == 0.0
+    obs = _series(lambda t: -t, 30)
+    assert leak_score(obs, WINDOW).score == 0.0
+    for o in (_series(lambda t: t * t, 30), _series(lambda t: 1e12 * t, 30)):
+        assert 0.0 <= leak_score(o, WINDOW).score <= 1.0
+
+
+def test_the_tracker_counts_missing_sites_as_empty_and_ranks_suspects() -> None:
+    tracker: LeakTracker[str] = LeakTracker(WINDOW)
+    for i in range(int(25 * 60 / CYCLE) + 1):
+        t = i * CYCLE
+        sites = {"leak": Observation(t, 10 * KIB * t, 10 * KIB * t)}
+        if i % 2 == 0:
+            sites["blinking"] = Observation(t, MIB, MIB)
+        if t >= 300:
+            sites["slow leak"] = Observation(t, 2 * KIB * (t - 300), 2 * KIB * (t - 300))
+        tracker.observe(t, sites)
+    suspects = tracker.suspects()
+    assert [key for key, _ in suspects][:1] == ["leak"]
+    assert tracker.scores()["blinking"].score < 0.5
+    assert [key for key, _ in ranked(tracker.scores().items(), 0.9)] == ["leak", "slow leak"]
+
+
+def test_the_tracker_forgets_what_left_a_window_ago() -> None:
+    tracker: LeakTracker[str] = LeakTracker(100.0)
+    tracker.observe(0.0, {"gone": Observation(0.0, 5.0, 5.0)})
+    for t in range(10, 300, 10):
+        tracker.observe(float(t), {})
+    assert tracker.scores() == {}
+
+
+def test_the_tracker_refuses_time_going_back_and_empty_windows() -> None:
+    with pytest.raises(ValueError, match="window"):
+        LeakTracker(0.0)
+    tracker: LeakTracker[str] = LeakTracker(60.0)
+    tracker.observe(10.0, {})
+    with pytest.raises(ValueError, match="time"):
+        tracker.observe(10.0, {})
