@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("heapwatch.formats", 1, "formats"),
     ("heapwatch.dumpfile", 1, "formats"),
     ("heapwatch.tracemalloc", 2, "tracemalloc"),
+    ("heapwatch._tm_snapshot", 2, "tracemalloc"),
     ("heapwatch.agent", 3, "agent"),
     ("heapwatch.server", 4, "server"),
     ("heapwatch_exporters", 4, "exporters"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 import re
 import tracemalloc as stdlib_tm
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -278,3 +279,19 @@ def test_compare_to_matches_the_stdlib_on_random_traces(old: list[Any], new: lis
         )
         assert [repr(d) for d in ours] == [repr(d) for d in theirs]
         assert [str(d) for d in ours] == [str(d) for d in theirs]
+
+
+def test_a_snapshot_pickled_before_the_drop_in_became_a_package_still_loads() -> None:
+    # Given a pickle written by heapwatch 0.1.0 before the layers (220ba36~1),
+    # which names its reconstructor heapwatch._tm_snapshot._restore,
+    raw = (Path(__file__).parent.parent / "data" / "snapshot-before-layers.pickle").read_bytes()
+    assert b"heapwatch._tm_snapshot" in raw
+    # when it is loaded today,
+    snapshot = pickle.loads(raw)
+    # then it is today's Snapshot with its traces and its attributes.
+    assert type(snapshot) is hw_tm.Snapshot
+    assert len(snapshot.traces) == 8
+    [stat] = snapshot.statistics("lineno")
+    assert (stat.traceback[0].filename, stat.traceback[0].lineno) == ("<string>", 6)
+    assert (stat.size, stat.count) == (3603, 8)
+    assert snapshot.note == "from before the layers"
