@@ -18,7 +18,7 @@ SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: ci-host-versions ci-sid-versions guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
+.PHONY: bench-leaks ci-host-versions ci-sid-versions guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ dashboard: $(VENV)/.deps  ## regenerate deploy/grafana/dashboard.json from deplo
 
 bench: $(VENV)/.installed  ## measure slowdown and memory against untraced and the stdlib tracer
 	$(VPY) benchmarks/run.py $(BENCH_ARGS)
+
+bench-leaks: $(VENV)/.installed  ## the leak score's scenario bank: time to flag each leak, highest score of each non-leak
+	$(VPY) benchmarks/leaks.py $(BENCH_ARGS)
 
 guest: $(VENV)/.installed  ## CPython's own test files untraced and under the agent (exact, sample): no failure added
 	$(VPY) tests/guest/run.py --python $(abspath $(VPY)) --markdown $(VENV)/guest.md $(GUEST_ARGS)
