@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import DEFAULTS, AgentConfig
 from heapwatch.agent.procmem import ProcessMemory
 from heapwatch.formats.dump import DumpHeader, read_dump
+from heapwatch.server import dumps
 from heapwatch.server.dumps import (
     DumpService,
     dump_header,
@@ -130,6 +133,34 @@ def test_a_failed_write_leaves_no_file_at_all(tmp_path: Path) -> None:
 
     with pytest.raises(OSError, match="disk full"):
         write_dump_file(str(tmp_path), "heapwatch-x.hwdump", HEADER, failing())
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_dump_keeps_neither_its_snapshot_nor_its_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a dump directory whose disk fills up once the first traces are written
+    snaps: list[weakref.ref[FakeSnapshot]] = []
+
+    class Source:
+        def snapshot(self, traces: bool) -> FakeSnapshot:
+            snap = FakeSnapshot(TRACES)
+            snaps.append(weakref.ref(snap))
+            return snap
+
+    def full_disk(fp: Any, header: DumpHeader, traces: Iterator[Any]) -> None:
+        next(iter(traces))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(dumps, "write_dump", full_disk)
+    service = DumpService(DEFAULTS.replace(dump_dir=str(tmp_path)), source=Source())
+    # When a dump fails
+    with pytest.raises(OSError, match="No space") as failure:
+        service.dump_to_directory()
+    # Then, while its exception lives on (a handler, a log record's exc_info),
+    # its frames keep neither the snapshot nor a suspended batch of traces
+    assert failure.value.__traceback__ is not None
+    assert snaps[0]() is None
     assert os.listdir(tmp_path) == []
 
 

@@ -315,10 +315,14 @@ class _Routes:
             # Written as it is produced, with no length: the connection's end
             # ends the body.  A dump cut short lacks its end record and
             # checksum, so every reader reports it as truncated.
+            traces = iter_traces(snap)
+            del snap  # the generator's: released when it is closed
             try:
-                write_dump(cast("Any", _Writer(write)), header, iter_traces(snap))
+                write_dump(cast("Any", _Writer(write)), header, traces)
             except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
                 log.debug("heapwatch dump: the client left before the end")
+            finally:
+                traces.close()  # a client that left: the snapshot goes now
             return []
 
         return self._guarded(environ, start_response, lambda: _query(environ, ()), build)

@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from heapwatch._version import __version__
@@ -122,7 +122,7 @@ def dump_header(
     )
 
 
-def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Iterator[RawTrace]:
+def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Generator[RawTrace, None, None]:
     """Every trace of ``snap`` (taken with traces), about ``batch`` at a time.
 
     ``Snapshot.traces()`` builds one Python tuple per trace; asking for the
@@ -131,6 +131,9 @@ def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Iterator[Raw
     the C array per batch.  Batches are planned from each traceback's count:
     exact in exact mode; in sample mode a block is sampled about once per
     interval of its estimated bytes, or once when larger.
+
+    A caller that stops early closes it (``close()``): a suspended one holds
+    the snapshot and a batch of traces.
     """
     if snap.ntraces <= batch:
         yield from snap.traces()
@@ -509,12 +512,20 @@ class DumpService:
         started = time.monotonic()
         with self.dump_lock:
             snap = self.source.snapshot(traces=True)
-            header = dump_header(snap, trigger=trigger, clock=self.clock)
-            self._sequence += 1
-            name = dump_name(header.timestamp, header.pid, self._sequence)
-            path = write_dump_file(directory, name, header, iter_traces(snap))
             ntraces = snap.ntraces
-            del snap
+            traces = iter_traces(snap)
+            try:
+                header = dump_header(snap, trigger=trigger, clock=self.clock)
+                self._sequence += 1
+                name = dump_name(header.timestamp, header.pid, self._sequence)
+                path = write_dump_file(directory, name, header, traces)
+            finally:
+                # A dump that fails (a full disk, a read-only one) raises
+                # from deep in the writer: the frames its exception carries
+                # (kept by whatever keeps the exception) must not keep the
+                # snapshot, its tracebacks and a batch of traces alive.
+                traces.close()
+                del traces, snap
             self.last_duration = time.monotonic() - started
         try:
             size = os.path.getsize(path)
