@@ -13,9 +13,39 @@ from collections.abc import Mapping
 Key = tuple[str, int]
 
 
+AGE_BUCKETS = 17
+
+
+def age_bucket(age: int) -> int:
+    """As the core: 0 for age 0, b for ages in [2**(b-1), 2**b)."""
+    return min(age.bit_length(), AGE_BUCKETS - 1)
+
+
 class ModelGroups:
-    def __init__(self, sites: Mapping[Key, tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        sites: Mapping[Key, tuple[int, int]],
+        peaks: Mapping[Key, int] | None = None,
+        histograms: Mapping[Key, tuple[int, ...]] | None = None,
+    ) -> None:
         self.sites = {key: value for key, value in sites.items() if value[0] or value[1]}
+        self.site_peaks = dict(peaks or {})
+        self.histograms = dict(histograms or {})
+
+    def ages(
+        self, limit: int | None = None
+    ) -> list[tuple[tuple[Key, ...], int, int, tuple[int, ...]]]:
+        return [
+            (frames, size, count, self.histograms.get(frames[0], (0,) * AGE_BUCKETS))
+            for frames, size, count in self.statistics(limit)
+        ]
+
+    def peaks(self, limit: int | None = None) -> list[tuple[tuple[Key, ...], int, int, int]]:
+        """As the core: every site by peak, those with nothing live included."""
+        keys = set(self.sites) | {key for key, peak in self.site_peaks.items() if peak}
+        rows = [((key,), *self.sites.get(key, (0, 0)), self.site_peaks.get(key, 0)) for key in keys]
+        rows.sort(key=lambda row: (row[3], row[1], row[2], row[0]), reverse=True)
+        return rows[:limit] if limit is not None else rows
 
     @property
     def total(self) -> tuple[int, int]:
@@ -41,12 +71,18 @@ class ModelGroups:
 
 
 class ModelSnapshot:
-    def __init__(self, sites: Mapping[Key, tuple[int, int]], peak: int) -> None:
-        self._groups = ModelGroups(sites)
+    def __init__(
+        self,
+        sites: Mapping[Key, tuple[int, int]],
+        peak: int,
+        peaks: Mapping[Key, int],
+        histograms: Mapping[Key, tuple[int, ...]],
+    ) -> None:
+        self._groups = ModelGroups(sites, peaks, histograms)
         self.traced, self.blocks = self._groups.total
         self.peak = peak
 
-    def group(self, key_type: str) -> ModelGroups:
+    def group(self, key_type: str, *, ages: bool = False) -> ModelGroups:
         assert key_type == "lineno"
         return self._groups
 
@@ -57,6 +93,12 @@ class ModelSource:
     def __init__(self, mode: str = "exact", sample_interval: int = 512 * 1024) -> None:
         self.sites: dict[Key, tuple[int, int]] = {}
         self.peak = 0
+        # Each site's bytes in the state where traced reached the peak.
+        self.peak_sites: dict[Key, int] = {}
+        # Each site's live bytes as [epoch, bytes] chunks, oldest first (a
+        # free takes the youngest first); the agent's cycle moves the epoch.
+        self.chunks: dict[Key, list[list[int]]] = {}
+        self.epoch = 0
         self.tracing = False
         self.mode = mode
         self.sample_interval = sample_interval
@@ -73,11 +115,33 @@ class ModelSource:
     def allocate(self, file: str, line: int, size: int, count: int = 1) -> None:
         old_size, old_count = self.sites.get((file, line), (0, 0))
         self.sites[(file, line)] = (old_size + size, old_count + count)
-        self.peak = max(self.peak, self.traced)
+        self.chunks.setdefault((file, line), []).append([self.epoch, size])
+        if self.traced > self.peak:
+            self._mark_peak()
 
     def free(self, file: str, line: int, size: int, count: int = 1) -> None:
         old_size, old_count = self.sites[(file, line)]
         self.sites[(file, line)] = (old_size - size, old_count - count)
+        chunks, left = self.chunks[(file, line)], size
+        while left > 0:
+            taken = min(left, chunks[-1][1])
+            chunks[-1][1] -= taken
+            left -= taken
+            if not chunks[-1][1]:
+                chunks.pop()
+
+    def histograms(self) -> dict[Key, tuple[int, ...]]:
+        out = {}
+        for key, chunks in self.chunks.items():
+            histogram = [0] * AGE_BUCKETS
+            for epoch, size in chunks:
+                histogram[age_bucket(self.epoch - epoch)] += size
+            out[key] = tuple(histogram)
+        return out
+
+    def _mark_peak(self) -> None:
+        self.peak = self.traced
+        self.peak_sites = {key: size for key, (size, _count) in self.sites.items()}
 
     @property
     def traced(self) -> int:
@@ -106,12 +170,18 @@ class ModelSource:
         if self.fail is not None:
             raise self.fail
         self.snapshots += 1
-        snapshot = ModelSnapshot(self.sites, self.peak)
-        self.peak = self.traced
+        snapshot = ModelSnapshot(self.sites, self.peak, self.peak_sites, self.histograms())
+        self._mark_peak()
         return snapshot
 
+    def snapshot(self, traces: bool) -> ModelSnapshot:
+        return ModelSnapshot(self.sites, self.peak, self.peak_sites, self.histograms())
+
+    def next_epoch(self) -> None:
+        self.epoch += 1
+
     def reset_peak(self) -> None:
-        self.peak = self.traced
+        self._mark_peak()
 
     def tracer_memory(self) -> int:
         return self.memory

@@ -44,7 +44,9 @@ class Metric(NamedTuple):
     """``gauge`` or ``counter``."""
     description: str
     value: Callable[[Readings], float | None] | None = None
-    site_value: Callable[[Site], float] | None = None
+    site_value: Callable[[Site], float | None] | None = None
+    """One series per site; None leaves the site out (``<other>`` has no
+    leak score)."""
     series: Callable[[Readings], Mapping[str, float] | None] | None = None
     """Label value -> value, one series each (``series_label`` names the
     label: the Prometheus label and the OpenTelemetry attribute alike)."""
@@ -122,6 +124,40 @@ CATALOGUE: tuple[Metric, ...] = (
         "gauge",
         "Change of each site's live bytes since the previous cycle (0 on the first).",
         site_value=lambda s: s.growth,
+    ),
+    Metric(
+        "heapwatch.lineno.peak",
+        "By",
+        "heapwatch_lineno_peak_bytes",
+        "bytes",
+        "gauge",
+        "Each site's live bytes at the moment the traced bytes reached the last interval's "
+        "peak: the top sites by size, then by peak (a site that allocated and freed within "
+        'the interval included); the code_file_path="<other>" series sums the other sites, '
+        "so a sum() equals heapwatch_traced_peak_bytes.",
+        site_value=lambda s: s.peak,
+    ),
+    Metric(
+        "heapwatch.lineno.leak_score",
+        "1",
+        "heapwatch_lineno_leak_score",
+        "",
+        "gauge",
+        "How much each site's surviving memory looks like a leak, 0 to 1, over "
+        "HEAPWATCH_LEAK_WINDOW: its growth against its noise (sampling variance, steps "
+        "down) and spread over the window like a leak's. Sites scoring at least 0.5 get "
+        "their series even outside the top sites by size; <other> has none.",
+        site_value=lambda s: s.leak_score,
+    ),
+    Metric(
+        "heapwatch.lineno.leak_rate",
+        "By/s",
+        "heapwatch_lineno_leak_rate_bytes_per_second",
+        "bytes_per_second",
+        "gauge",
+        "How fast each site's memory grew over the span its leak score was found on "
+        "(a least-squares slope; 0 when it did not grow).",
+        site_value=lambda s: s.leak_rate,
     ),
     Metric(
         "heapwatch.tracer.memory",

@@ -94,12 +94,13 @@ class _Instruments:
                 if readings.result is None:
                     return []
                 site_value = metric.site_value
+                figures = ((site, site_value(site)) for site in readings.result.sites)
                 return [
                     Observation(
-                        site_value(site),
-                        {OTEL_ATTRIBUTE_FILE: site.file, OTEL_ATTRIBUTE_LINE: site.line},
+                        figure, {OTEL_ATTRIBUTE_FILE: site.file, OTEL_ATTRIBUTE_LINE: site.line}
                     )
-                    for site in readings.result.sites
+                    for site, figure in figures
+                    if figure is not None
                 ]
             if metric.series is not None:
                 series = metric.series(readings) or {}

@@ -112,7 +112,9 @@ class HeapwatchCollector(Collector):
                 if result is None:
                     continue
                 for site in result.sites:
-                    family.add_metric([site.file, str(site.line)], metric.site_value(site))
+                    figure = metric.site_value(site)
+                    if figure is not None:
+                        family.add_metric([site.file, str(site.line)], figure)
             elif metric.series is not None:
                 series = metric.series(readings)
                 if series is None:

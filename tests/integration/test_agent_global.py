@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import tracemalloc
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,14 +12,7 @@ import heapwatch
 from heapwatch import _core
 from waiting import wait_for
 
-
-@pytest.fixture(autouse=True)
-def no_agent() -> Iterator[None]:
-    heapwatch.stop_agent()
-    _core.stop()
-    yield
-    heapwatch.stop_agent()
-    _core.stop()
+pytestmark = pytest.mark.usefixtures("no_agent")
 
 
 def test_start_agent_runs_once_and_stop_agent_is_idempotent() -> None:

@@ -200,7 +200,19 @@ BAD_VALUES = [
     ("HEAPWATCH_PORT", "70000", "from 0 to 65535", "port", 9438),
     ("HEAPWATCH_PORT", "http", "from 0 to 65535", "port", 9438),
     ("HEAPWATCH_PORT_RANGE", "0", "from 1 to 1024", "port_range", 32),
+    ("HEAPWATCH_LEAK_WINDOW", "5s", "from 10s to 86400s", "leak_window", 1800.0),
+    ("HEAPWATCH_LEAK_WINDOW", "forever", "such as 30m, 2h or 10s", "leak_window", 1800.0),
 ]
+
+
+def test_the_leak_window_is_a_duration_from_ten_seconds_to_a_day() -> None:
+    assert AgentConfig().leak_window == 1800.0
+    assert AgentConfig.from_env({"HEAPWATCH_LEAK_WINDOW": "10s"}).leak_window == 10.0
+    assert AgentConfig.from_env({"HEAPWATCH_LEAK_WINDOW": "2h"}).leak_window == 7200.0
+    assert AgentConfig().replace(leak_window=60).leak_window == 60.0
+    assert AgentConfig().replace(leak_window="30m").leak_window == 1800.0
+    with pytest.raises(HeapwatchError, match=r"leak_window=9\.5 is invalid"):
+        AgentConfig().replace(leak_window=9.5)
 
 
 @pytest.mark.parametrize(("variable", "text", "accepted", "name", "default"), BAD_VALUES)

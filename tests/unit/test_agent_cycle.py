@@ -35,13 +35,13 @@ def test_first_cycle_is_the_baseline_with_no_growth() -> None:
     agent = make_agent(source, top=5)
     # When the first cycle runs
     result = agent.run_cycle()
-    # Then it publishes sizes, blocks and no growth
+    # Then it publishes sizes, blocks, no growth, and the peak's bytes
     assert result.traced == 1300
     assert result.blocks == 5
     assert by_site(result.sites) == {
-        ("app.py", 10): Site("app.py", 10, 1000, 2, 0),
-        ("lib.py", 5): Site("lib.py", 5, 300, 3, 0),
-        (OTHER_FILE, OTHER_LINE): Site(OTHER_FILE, OTHER_LINE, 0, 0, 0),
+        ("app.py", 10): Site("app.py", 10, 1000, 2, 0, peak=1000),
+        ("lib.py", 5): Site("lib.py", 5, 300, 3, 0, peak=300),
+        (OTHER_FILE, OTHER_LINE): Site(OTHER_FILE, OTHER_LINE, 0, 0, 0, 0, None, None),
     }
 
 
@@ -57,8 +57,9 @@ def test_growth_is_the_change_since_the_previous_cycle() -> None:
     sites = by_site(result.sites)
     assert sites["app.py", 10].growth == 500
     assert sites["new.py", 1].growth == 64
-    source.allocate("app.py", 10, 250)
+    # (freed before the interval's peak, so it holds no peak and gets no series)
     source.free("new.py", 1, 64)
+    source.allocate("app.py", 10, 250)
     result = agent.run_cycle()
     assert by_site(result.sites)["app.py", 10].growth == 250
     # new.py vanished: its -64 goes to <other>, so growths still sum to the change
@@ -72,15 +73,19 @@ def test_only_the_top_sites_get_series_and_other_sums_the_rest() -> None:
         source.allocate("app.py", line, line * 100, line)
     agent = make_agent(source, top=3)
     first = agent.run_cycle()
+    # the top 3 by size, then the top 3 by peak not among them, then <other>
     assert [(s.file, s.line) for s in first.sites] == [
         ("app.py", 10),
         ("app.py", 9),
         ("app.py", 8),
+        ("app.py", 7),
+        ("app.py", 6),
+        ("app.py", 5),
         (OTHER_FILE, OTHER_LINE),
     ]
     other = first.sites[-1]
-    assert other.size == sum(line * 100 for line in range(1, 8))
-    assert other.blocks == sum(range(1, 8))
+    assert other.size == sum(line * 100 for line in range(1, 5))
+    assert other.blocks == sum(range(1, 5))
     # sum() over sites equals the traced total
     assert sum(site.size for site in first.sites) == first.traced
     assert sum(site.blocks for site in first.sites) == first.blocks
@@ -95,7 +100,7 @@ def test_top_zero_publishes_only_other() -> None:
     source = ModelSource()
     source.allocate("app.py", 1, 10)
     result = make_agent(source, top=0).run_cycle()
-    assert result.sites == (Site(OTHER_FILE, OTHER_LINE, 10, 1, 0),)
+    assert result.sites == (Site(OTHER_FILE, OTHER_LINE, 10, 1, 0, 10, None, None),)
 
 
 def test_peak_is_the_peak_during_the_interval_and_resets() -> None:
@@ -342,3 +347,96 @@ def test_exporters_added_and_removed_while_running() -> None:
     assert late.events == ["start", "shutdown"]
     assert late not in agent.exporters
     agent.stop()
+
+
+def test_a_site_that_allocated_and_freed_within_the_interval_shows_in_the_peaks() -> None:
+    # Given site B holding 10 MiB and site A allocating 50 MiB then freeing it
+    mib = 1 << 20
+    source = ModelSource()
+    agent = make_agent(source, top=1)
+    agent.run_cycle()
+    source.allocate("b.py", 2, 10 * mib)
+    source.allocate("a.py", 1, 50 * mib)
+    source.free("a.py", 1, 50 * mib)
+    # When the cycle runs
+    result = agent.run_cycle()
+    sites = by_site(result.sites)
+    # Then the sizes show B alone, the peaks A at 50 MiB and B at 10 MiB
+    assert {key: site.size for key, site in sites.items() if site.size} == {("b.py", 2): 10 * mib}
+    assert sites["a.py", 1].peak == 50 * mib
+    assert sites["b.py", 2].peak == 10 * mib
+    assert result.peak == 60 * mib
+    # and the next interval, with no peak of its own, shows B's bytes alone
+    result = agent.run_cycle()
+    assert {(s.file, s.line): s.peak for s in result.sites} == {
+        ("b.py", 2): 10 * mib,
+        (OTHER_FILE, OTHER_LINE): 0,
+    }
+
+
+def test_peaks_of_the_sites_and_other_sum_to_the_traced_peak() -> None:
+    source = ModelSource()
+    agent = make_agent(source, top=2)
+    agent.run_cycle()
+    for line in range(1, 8):
+        source.allocate("app.py", line, line * 1000, line)
+    for line in range(1, 8, 2):
+        source.free("app.py", line, line * 1000, line)
+    source.allocate("app.py", 9, 100)
+    result = agent.run_cycle()
+    assert sum(site.peak for site in result.sites) == result.peak
+    assert sum(site.size for site in result.sites) == result.traced
+    assert sum(site.blocks for site in result.sites) == result.blocks
+    assert sum(site.growth for site in result.sites) == result.traced
+    # the top 2 by size, then the top 2 by peak not among them, then <other>
+    assert [(s.file, s.line) for s in result.sites] == [
+        ("app.py", 6),
+        ("app.py", 4),
+        ("app.py", 7),
+        ("app.py", 5),
+        (OTHER_FILE, OTHER_LINE),
+    ]
+    # a site exported for its peak carries its size and growth too
+    assert by_site(result.sites)["app.py", 7] == Site("app.py", 7, 0, 0, 0, 7000)
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_a_leak_outside_the_top_sites_gets_a_score_and_a_series_and_churn_does_not(
+    mode: str,
+) -> None:
+    # Given two big flat sites (the top 1 by size and the top 1 by peak), a
+    # site that grows every cycle and a site that replaces its memory each cycle
+    source = ModelSource()
+    source.allocate("big.py", 1, 20 << 20)
+    source.allocate("big.py", 2, 15 << 20)
+    source.allocate("churn.py", 1, 1 << 20)
+    timer = FakeClock(100.0)
+    config = AgentConfig(
+        exporters=(), top=1, leak_window=10.0, mode=mode, sample_interval=16 * 1024
+    )
+    agent = Agent(config, source=source, exporters=[], clock=FakeClock(), timer=timer)
+    leak, churn = ("leak.py", 1), ("churn.py", 1)
+    first_suspected = None
+    for cycle in range(40):
+        # When cycles run every 0.5 s for 20 s (a window of 10 s)
+        source.allocate(*leak, 100 * 1024, 100)
+        source.free(*churn, 1 << 20)
+        source.allocate(*churn, 1 << 20)
+        result = agent.run_cycle()
+        timer.advance(0.5)
+        sites = by_site(result.sites)
+        # Then churn is never a suspect, and gets no series of its own
+        assert churn not in sites
+        if leak in sites and first_suspected is None:
+            first_suspected = cycle
+            # the leak is exported as a suspect: neither the top by size nor by peak
+            assert [(s.file, s.line) for s in result.sites][:2] == [("big.py", 1), ("big.py", 2)]
+            assert sites[leak].leak_score >= 0.5
+            # 100 KiB a cycle, a cycle every 0.5 s
+            assert sites[leak].leak_rate == pytest.approx(200 * 1024, rel=0.05)
+    assert first_suspected is not None
+    # within the shortest span scored (0.6 of the window) and a few cycles more
+    assert first_suspected <= 24
+    # and the flat sites score nothing
+    assert by_site(result.sites)["big.py", 1].leak_score == 0.0
+    assert by_site(result.sites)[leak].leak_score >= 0.9

@@ -33,6 +33,9 @@ INSTRUMENTS = {
     "heapwatch.lineno.size": "By",
     "heapwatch.lineno.blocks": "{block}",
     "heapwatch.lineno.growth": "By",
+    "heapwatch.lineno.peak": "By",
+    "heapwatch.lineno.leak_score": "1",
+    "heapwatch.lineno.leak_rate": "By/s",
     "heapwatch.tracer.memory": "By",
     "heapwatch.cycle.duration": "s",
     "heapwatch.sample_interval": "By",
@@ -101,7 +104,8 @@ def test_instruments_on_the_given_provider_read_the_last_cycle() -> None:
         (a["code.file.path"], a["code.line.number"]): v
         for a, v, _ in found["heapwatch.lineno.size"]
     }
-    assert sizes == {("/srv/app.py", 42): 7000, ("<other>", 0): 1000}
+    # (lib.py, outside the top 1 by size, has a series for its share of the peak)
+    assert sizes == {("/srv/app.py", 42): 7000, ("/srv/lib.py", 7): 1000, ("<other>", 0): 0}
     assert sum(sizes.values()) == found["heapwatch.traced"][0][1]
     assert found["heapwatch.sample_interval"][0][1] == 512 * 1024
     # and the memory heapwatch cannot attribute: resident - traced - the tracer's own

@@ -2,9 +2,11 @@
 
 Every ``interval`` seconds, in a thread named ``heapwatch-agent`` (the
 OpenTelemetry ``PeriodicExportingMetricReader`` way: ``Event.wait(interval)``,
-one last cycle at shutdown), a cycle takes an aggregated snapshot (resetting
-the peak in the same critical section), groups it by line in C, diffs the top
-sites against the previous cycle's grouping, and publishes a ``CycleResult``.
+one last cycle at shutdown), a cycle starts a new epoch (the age of a trace
+is the number of cycles it survived), takes a snapshot (resetting the peak in
+the same critical section), groups it by line in C, diffs the top sites
+against the previous cycle's grouping, reads each site's share of the peak,
+scores the leaks (``heapwatch.agent.leaks``) and publishes a ``CycleResult``.
 Components only read the last result: a scrape never takes a snapshot.
 
 Failure policy: a failing cycle is logged (once, until it recovers) and
@@ -24,7 +26,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from heapwatch._errors import HeapwatchError
@@ -40,6 +42,7 @@ from heapwatch.agent.interface import (
     Server,
     Site,
 )
+from heapwatch.agent.leaks import FLOOR_BYTES, LeakScore, LeakTracker, Observation, ranked
 from heapwatch.agent.procmem import (
     NATIVE_HEAP_SOURCE,
     NATIVE_HEAP_UNAVAILABLE,
@@ -63,6 +66,15 @@ __all__ = ["AT_EXIT_TIMEOUT", "Agent", "get_agent", "start_agent", "stop_agent"]
 log = logging.getLogger("heapwatch.agent")
 
 AT_EXIT_TIMEOUT = 2.0
+# Sites scoring at least this are leak suspects, exported beyond the top ones.
+LEAK_SUSPECT = 0.5
+# Bytes at least 8 cycles old: the age buckets from [8, 16) on (bucket b
+# holds the ages in [2**(b-1), 2**b)).
+OLD_EPOCHS = 8
+OLD_BUCKET = OLD_EPOCHS.bit_length()
+# A watched site stays watched down to this many bytes (it starts at the
+# score's floor, FLOOR_BYTES): a site hovering at the floor keeps its series.
+WATCH_LOW = FLOOR_BYTES / 8
 
 
 def _shutdown_failed(exporter: Component, exc: Exception) -> None:
@@ -94,6 +106,11 @@ def _exporters_for(
     # Last: it serves its /debug/ routes only next to other routes (or with a token).
     exporters.append(plugins.component("dumps")(config))
     return exporters
+
+
+def _site_key(frames: Sequence[tuple[str, int]]) -> tuple[str, int]:
+    """(file, line) of a lineno group's key."""
+    return (frames[0][0], frames[0][1]) if frames else ("<unknown>", 0)
 
 
 _IDLE, _RUNNING, _STOPPING, _STOPPED = "idle", "running", "stopping", "stopped"
@@ -169,6 +186,10 @@ class Agent:
         self._thread: threading.Thread | None = None
         self._server: Server | None = None
         self._previous: Any = None
+        self._previous_sizes: dict[tuple[str, int], int] = {}
+        self._leaks: LeakTracker[tuple[str, int]] = LeakTracker(self.config.leak_window)
+        self._watched: set[tuple[str, int]] = set()
+        self._leak_time: float | None = None
         self._previous_traced = 0
         self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
@@ -290,31 +311,86 @@ class Agent:
 
     def _cycle(self) -> CycleResult:
         started = self._timer()
+        # Traces recorded from now on are of this cycle: a trace's age is the
+        # number of cycles it has survived.
+        self._source.next_epoch()
         snapshot = self._source.take_snapshot()
         timestamp = self._clock()
         traced = snapshot.traced
-        groups = snapshot.group("lineno")
+        groups = snapshot.group("lineno", ages=True)
         # The first cycle is the baseline: no growth.
         previous = self._previous if self._previous is not None else groups
         previous_traced = self._previous_traced if self._previous is not None else traced
         top = groups.growth(previous, self.config.top) if self.config.top > 0 else []
-        sites: list[Site] = []
-        top_size = top_blocks = top_growth = 0
-        for frames, size, size_diff, count, _count_diff in top:
-            filename, lineno = frames[0] if frames else ("<unknown>", 0)
-            sites.append(Site(filename, lineno, size, count, size_diff))
-            top_size += size
-            top_blocks += count
-            top_growth += size_diff
-        # <other> is what the top sites leave of the totals, so sums over
-        # sites equal the totals exactly (sites that vanished included).
+        top_keys = {_site_key(row[0]) for row in top}
+        ages = self._watchable(groups)
+        scores = self._score_leaks(started, ages)
+        suspects = [key for key, _score in ranked(scores.items(), LEAK_SUSPECT)]
+        # Sites by peak, those whose memory is all gone included (a site
+        # that allocated and freed within the interval made the peak too).
+        by_peak = self._by_peak(groups, top_keys | set(suspects[: self.config.top * 2]))
+        peaks = {_site_key(row[0]): row[3] for row in by_peak}
+        known = {_site_key(row[0]): (row[1], row[2]) for row in by_peak}
+        known.update((_site_key(row[0]), (row[1], row[2])) for row in ages)
+        previous_sizes = self._previous_sizes
+        all_previous: dict[tuple[str, int], int] | None = None
+
+        def previous_size(key: tuple[str, int]) -> int:
+            nonlocal all_previous
+            if key in previous_sizes:
+                return previous_sizes[key]
+            if all_previous is None:
+                # Rarely: a site exported now that was small last cycle.
+                all_previous = {_site_key(row[0]): row[1] for row in self._previous.statistics()}
+            return all_previous.get(key, 0)
+
+        def site(key: tuple[str, int], growth: int | None = None) -> Site:
+            size, count = known.get(key, (0, 0))
+            if growth is None:
+                growth = 0 if self._previous is None else size - previous_size(key)
+            score = scores.get(key)
+            return Site(
+                key[0],
+                key[1],
+                size,
+                count,
+                growth,
+                peaks.get(key, 0),
+                score.score if score is not None else 0.0,
+                score.rate if score is not None else 0.0,
+            )
+
+        sites = [site(_site_key(row[0]), row[2]) for row in top]
+        exported = {(s.file, s.line) for s in sites}
+
+        def add(keys: Iterator[tuple[str, int]]) -> None:
+            added = 0
+            for key in keys:
+                if added >= self.config.top:
+                    break
+                if key not in exported:
+                    exported.add(key)
+                    sites.append(site(key))
+                    added += 1
+
+        # Then the top sites by peak that are not among them: what made the
+        # peak gets a series even when it is gone by the end of the interval.
+        add(_site_key(row[0]) for row in by_peak if row[3] > 0)
+        # Then the leak suspects: a young leak gets its series as soon as it
+        # is suspected, long before it is among the biggest.
+        add(iter(suspects))
+        # <other> is what the exported sites leave of the totals, so sums
+        # over sites equal the totals exactly (sites that vanished included).
         sites.append(
             Site(
                 OTHER_FILE,
                 OTHER_LINE,
-                traced - top_size,
-                max(0, snapshot.blocks - top_blocks),
-                (traced - previous_traced) - top_growth,
+                traced - sum(s.size for s in sites),
+                max(0, snapshot.blocks - sum(s.blocks for s in sites)),
+                (traced - previous_traced) - sum(s.growth for s in sites),
+                snapshot.peak - sum(s.peak for s in sites),
+                None,
+                None,
             )
         )
         dropped = self._source.dropped()
@@ -325,9 +401,15 @@ class Agent:
         # Releases code objects no trace refers to any more.
         self._source.drain()
         self._previous = groups
+        self._previous_sizes = {key: size for key, (size, _count) in known.items()}
         self._previous_traced = traced
-        # One assignment: a reader gets a snapshot and its own time.
-        self._last_snapshot = (snapshot, timestamp) if self.retain_last_snapshot else None
+        # One assignment: a reader gets a snapshot and its own time.  The
+        # diff's baseline needs no traces: a snapshot of its own (a pass over
+        # the tracebacks, the same moment give or take a few microseconds)
+        # lets the cycle's copy of every trace go now, not an interval later.
+        self._last_snapshot = (
+            (self._source.snapshot(traces=False), timestamp) if self.retain_last_snapshot else None
+        )
         return CycleResult(
             timestamp=timestamp,
             duration=max(0.0, self._timer() - started),
@@ -342,6 +424,62 @@ class Agent:
             native_in_use=memory.native_in_use,
             native_retained=memory.native_retained,
         )
+
+    def _watchable(self, groups: Any) -> list[tuple[Any, int, int, Sequence[int]]]:
+        """The sites by size, with their bytes by age, down to the first one
+        under WATCH_LOW: a few hundred rows, where all of them would cost tens
+        of milliseconds at thousands of sites (each row's lines resolved)."""
+        limit = max(64, 2 * len(self._watched))
+        while True:
+            rows: list[tuple[Any, int, int, Sequence[int]]] = groups.ages(limit)
+            if len(rows) < limit or rows[-1][1] < WATCH_LOW:
+                return rows
+            limit *= 4
+
+    def _by_peak(
+        self, groups: Any, needed: set[tuple[str, int]]
+    ) -> list[tuple[Any, int, int, int]]:
+        """The sites by peak, down to the top ones not among ``needed`` and
+        every one of ``needed`` with a peak (the rest have none): rows ordered
+        by peak, so a missing site has no more than the last row's."""
+        limit = 2 * self.config.top + len(needed) + 16
+        while True:
+            rows: list[tuple[Any, int, int, int]] = groups.peaks(limit)
+            if len(rows) < limit or rows[-1][3] == 0:
+                return rows
+            if needed <= {_site_key(row[0]) for row in rows}:
+                return rows
+            limit *= 4
+
+    def _score_leaks(
+        self, now: float, ages: Sequence[tuple[Any, int, int, Sequence[int]]]
+    ) -> dict[tuple[str, int], LeakScore]:
+        """Feeds the leak tracker this cycle's sites and scores them.
+
+        A site is watched from the cycle its live bytes reach FLOOR_BYTES
+        (growth smaller than that never scores above 0.02: a site below it
+        cannot be a suspect) until they fall under an eighth of it, so that
+        the window holds a few hundred series, not every line that ever
+        allocated; before it is watched a site counts as holding nothing.
+        """
+        variance = float(self._sample_interval)  # 0 in exact mode
+        observed: dict[tuple[str, int], Observation] = {}
+        for frames, size, _count, histogram in ages:
+            key = _site_key(frames)
+            if size < FLOOR_BYTES and not (key in self._watched and size >= WATCH_LOW):
+                continue
+            # Memory that survived OLD_EPOCHS cycles: the churn of the same
+            # line is left out of it.  In sample mode an estimate of n bytes
+            # has a variance of about n x the sample interval.
+            old = float(sum(histogram[OLD_BUCKET:]))
+            observed[key] = Observation(now, size, old, size * variance, old * variance)
+        self._watched = set(observed)
+        # A timer that did not move (an injected one) adds no point to the
+        # series: the tracker needs increasing times.
+        if self._leak_time is None or now > self._leak_time:
+            self._leak_time = now
+            self._leaks.observe(now, observed)
+        return self._leaks.scores()
 
     def _cycle_safely(self) -> None:
         try:

@@ -41,6 +41,10 @@ EXPORTER_NAMES = ("prometheus", "otlp")
 MAX_NFRAME = 65535  # heapwatch._core.MAX_NFRAME; a test pins the two together
 MIN_INTERVAL = 0.05
 MAX_INTERVAL = 86400.0
+# The leak score's sliding window: down to 10 s so that tests can compress
+# time; up to a day, as the agent keeps every observed site's series over it.
+MIN_LEAK_WINDOW = 10.0
+MAX_LEAK_WINDOW = 86400.0
 MAX_TOP = 1000
 MAX_PORT_RANGE = 1024
 MAX_DUMP_KEEP = 100_000
@@ -128,11 +132,9 @@ def parse_size(text: str) -> int:
     return _bytes_in(text, 1, limit, accepted)
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from ``10``, ``10s``, ``500ms``, ``1.5m``, ``1h``."""
-    accepted = (
-        f"a duration from {MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s, such as 10, 10s, 500ms, 1m or 1h"
-    )
+def _seconds_in(text: str, lowest: float, highest: float, accepted: str) -> float:
+    """Seconds from ``text`` with an optional unit, in [lowest; highest];
+    ValueError(accepted) otherwise."""
     try:
         number, unit = _split_number(text)
     except ValueError:
@@ -140,9 +142,25 @@ def parse_duration(text: str) -> float:
     if unit not in _DURATION_UNITS:
         raise ValueError(accepted)
     seconds = number * _DURATION_UNITS[unit]
-    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:  # also refuses NaN
+    if not lowest <= seconds <= highest:  # also refuses NaN
         raise ValueError(accepted)
     return seconds
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``10``, ``10s``, ``500ms``, ``1.5m``, ``1h``."""
+    accepted = (
+        f"a duration from {MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s, such as 10, 10s, 500ms, 1m or 1h"
+    )
+    return _seconds_in(text, MIN_INTERVAL, MAX_INTERVAL, accepted)
+
+
+def _parse_leak_window(text: str) -> float:
+    accepted = (
+        f"a duration from {MIN_LEAK_WINDOW:g}s to {MAX_LEAK_WINDOW:g}s (1 day), "
+        "such as 30m, 2h or 10s"
+    )
+    return _seconds_in(text, MIN_LEAK_WINDOW, MAX_LEAK_WINDOW, accepted)
 
 
 def _parse_int(low: int, high: int, what: str) -> Callable[[str], int]:
@@ -253,6 +271,7 @@ _FIELDS = (
     _Field("nframe", _parse_int(1, MAX_NFRAME, "frames kept per traceback")),
     _Field("interval", parse_duration),
     _Field("top", _parse_int(0, MAX_TOP, "sites with their own series")),
+    _Field("leak_window", _parse_leak_window),
     _Field("exporters", _parse_exporters),
     _Field("host", _parse_host),
     _Field("port", _parse_int(0, 65535, "the first port tried, 0 for any free port")),
@@ -267,6 +286,8 @@ _FIELDS = (
 # Settings that None switches off (from code; "none" or unset in the environment).
 _OPTIONAL = frozenset({"token", "dump_signal", "dump_dir"})
 _FIELDS_BY_NAME = {field.name: field for field in _FIELDS}
+# Settings in seconds: a number from code is read as seconds.
+_DURATIONS = frozenset({"interval", "leak_window"})
 
 
 class AgentConfig(NamedTuple):
@@ -281,6 +302,8 @@ class AgentConfig(NamedTuple):
         interval: HEAPWATCH_INTERVAL, seconds between cycles.
         top: HEAPWATCH_TOP, allocation sites with their own series; the
             others are summed into the ``<other>`` site.
+        leak_window: HEAPWATCH_LEAK_WINDOW, seconds of history the leak
+            score of each site looks at (``30m`` by default, 10 s to a day).
         exporters: HEAPWATCH_EXPORTERS: ``prometheus``, ``otlp``, both or none.
         host: HEAPWATCH_HOST, where ``/metrics`` listens.
         port: HEAPWATCH_PORT, the first port tried (0: any free port).
@@ -305,6 +328,7 @@ class AgentConfig(NamedTuple):
     nframe: int = 1
     interval: float = 10.0
     top: int = 20
+    leak_window: float = 1800.0
     exporters: tuple[str, ...] = ("prometheus",)
     host: str = "127.0.0.1"
     port: int = 9438
@@ -374,7 +398,7 @@ def _check(name: str, value: object) -> object:
         if not all(isinstance(v, str) for v in value):
             raise ConfigError(f"exporters must be names, got {value!r}")
         text = ",".join(value) or "none"
-    elif name == "interval" and isinstance(value, (int, float)):
+    elif name in _DURATIONS and isinstance(value, (int, float)):
         text = repr(float(value))
     elif isinstance(value, int):
         text = str(value)
@@ -424,7 +448,7 @@ def to_environ(config: AgentConfig) -> dict[str, str]:
         value = getattr(config, field.name)
         if value is None and field.name != "dump_signal":
             continue  # unset is how the environment says "none" for these
-        text = repr(float(value)) if field.name == "interval" else _show(value)
+        text = repr(float(value)) if field.name in _DURATIONS else _show(value)
         env[ENV_PREFIX + field.name.upper()] = text
     return env
 

@@ -55,12 +55,23 @@ class Site(NamedTuple):
     blocks: int
     growth: int
     """Change of ``size`` since the previous cycle (0 on the first cycle)."""
+    peak: int = 0
+    """Its bytes when the traced total reached the interval's peak (what it
+    added to ``CycleResult.peak``; an estimate in sample mode)."""
+    leak_score: float | None = 0.0
+    """0 to 1: how much its surviving memory looks like a leak over the
+    leak window (``heapwatch.agent.leaks``); None for ``<other>``."""
+    leak_rate: float | None = 0.0
+    """Bytes per second its memory grew at over the span scored; None for
+    ``<other>``."""
 
 
 class CycleResult(NamedTuple):
     """What one cycle saw.  ``sites`` holds the top sites by size, then the
-    ``<other>`` site, so that their sizes sum to ``traced`` and their growths
-    to the change of ``traced`` since the previous cycle."""
+    top sites by peak not among them, then the leak suspects (score at least
+    0.5) not among them, then the ``<other>`` site, so that
+    their sizes sum to ``traced``, their growths to the change of ``traced``
+    since the previous cycle and their peaks to ``peak``."""
 
     timestamp: float
     """Unix time of the snapshot."""

@@ -251,10 +251,28 @@ class LeakTracker(Generic[K]):
             del self._series[key]
 
     def scores(self) -> Dict[K, LeakScore]:
-        return {
-            key: leak_score(series, self.window, self._since)
-            for key, series in self._series.items()
-        }
+        """Every site's score.  A site whose series ends less than
+        FLOOR_BYTES above its lowest point (0 for a site new in the window)
+        grew less than that over any span, which scores at most
+        Phi(1 - Z_HALF) = 0.023: it gets NO_LEAK without the full test, so
+        that a cycle pays for the sites that grow, not for every site."""
+        scored: Dict[K, LeakScore] = {}
+        for key, series in self._series.items():
+            if self._may_grow(series):
+                scored[key] = leak_score(series, self.window, self._since)
+            else:
+                scored[key] = NO_LEAK
+        return scored
+
+    def _may_grow(self, series: Deque[Observation]) -> bool:
+        last = series[-1]
+        start = last.time - self.window
+        if self._since is not None and series[0].time > max(self._since, start):
+            low_live = low_old = 0.0  # new: leak_score counts it from nothing
+        else:
+            low_live = min(o.live for o in series)
+            low_old = min(o.old for o in series)
+        return last.live - low_live >= FLOOR_BYTES or last.old - low_old >= FLOOR_BYTES
 
     def suspects(self, threshold: float = 0.5) -> List[Tuple[K, LeakScore]]:
         """Sites scoring at least threshold, by score then rate, descending."""

@@ -1,8 +1,9 @@
 """Where the agent's and the dump service's snapshots come from.
 
 ``CoreSource`` is the one adapter over ``heapwatch._core``: the agent's cycle
-takes aggregated snapshots that reset the peak, the dump service takes
-snapshots with every trace that leave the peak alone.  Tests give a model
+takes snapshots that reset the peak, with every trace (the ages of the leak
+score are counted over the traces) and a new epoch each cycle; the dump
+service takes snapshots with every trace that leave the peak alone.  Tests give a model
 instead (``SnapshotSource``).
 """
 
@@ -23,7 +24,7 @@ class SnapshotLike(Protocol):
     def peak(self) -> int: ...
     @property
     def blocks(self) -> int: ...
-    def group(self, key_type: _core.KeyType) -> Any: ...
+    def group(self, key_type: _core.KeyType, *, ages: bool = False) -> Any: ...
 
 
 class SnapshotSource(Protocol):
@@ -38,9 +39,16 @@ class SnapshotSource(Protocol):
         """(mode, sample_interval) in force."""
 
     def take_snapshot(self) -> SnapshotLike:
-        """An aggregated snapshot; resets the peak atomically with it."""
+        """A snapshot that ``group(ages=True)`` can histogram by age; resets
+        the peak atomically with it."""
+
+    def next_epoch(self) -> None:
+        """Traces recorded from now on are one epoch (one cycle) younger."""
 
     def reset_peak(self) -> None: ...
+    def snapshot(self, traces: bool) -> Any:
+        """A snapshot of the tracer now that leaves the peak alone."""
+
     def tracer_memory(self) -> int: ...
     def dropped(self) -> int: ...
     def drain(self) -> None: ...
@@ -68,7 +76,14 @@ class CoreSource:
         return config["mode"], config["sample_interval"]
 
     def take_snapshot(self) -> SnapshotLike:
-        return self._core.take_snapshot(traces=False, reset_peak=True)
+        # With traces: ages are counted over them (the tracebacks alone do
+        # not know how old their bytes are).
+        return self._core.take_snapshot(traces=True, reset_peak=True)
+
+    def next_epoch(self) -> None:
+        # From the core's own epoch, never the agent's count: it never moves
+        # back, and a restarted or forked agent carries on from it.
+        self._core.set_epoch(self._core.get_epoch() + 1)
 
     def reset_peak(self) -> None:
         self._core.reset_peak()
