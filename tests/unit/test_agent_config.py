@@ -303,7 +303,12 @@ def test_to_environ_round_trips() -> None:
     assert AgentConfig.from_env(to_environ(config)) == config
 
 
-def test_max_nframe_is_the_cores() -> None:
+def test_nframe_is_bounded_by_the_cores_limit(caplog: pytest.LogCaptureFixture) -> None:
     from heapwatch import _core
 
-    assert _config.MAX_NFRAME == _core.MAX_NFRAME
+    highest = _core.MAX_NFRAME
+    assert AgentConfig.from_env({"HEAPWATCH_NFRAME": str(highest)}).nframe == highest
+    with caplog.at_level(logging.WARNING, logger="heapwatch.config"):
+        AgentConfig.from_env({"HEAPWATCH_NFRAME": str(highest + 1)})
+    (record,) = caplog.records
+    assert f"an integer from 1 to {highest}" in record.getMessage()

@@ -38,7 +38,6 @@ __all__ = [
 
 ENV_PREFIX = "HEAPWATCH_"
 EXPORTER_NAMES = ("prometheus", "otlp")
-MAX_NFRAME = 65535  # heapwatch._core.MAX_NFRAME; a test pins the two together
 MIN_INTERVAL = 0.05
 MAX_INTERVAL = 86400.0
 # The leak score's sliding window: down to 10 s so that tests can compress
@@ -96,6 +95,13 @@ def _split_number(text: str) -> tuple[float, str]:
         end -= 1
     number, unit = stripped[:end].strip(), stripped[end:].lower()
     return float(number), unit
+
+
+def _max_nframe() -> int:
+    # The core's bound, its one home (imported when checked: see below).
+    from heapwatch import _core  # noqa: PLC0415
+
+    return _core.MAX_NFRAME
 
 
 def _max_sample_interval() -> int:
@@ -163,14 +169,15 @@ def _parse_leak_window(text: str) -> float:
     return _seconds_in(text, MIN_LEAK_WINDOW, MAX_LEAK_WINDOW, accepted)
 
 
-def _parse_int(low: int, high: int, what: str) -> Callable[[str], int]:
+def _parse_int(low: int, high: int | Callable[[], int], what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        accepted = f"{what}: an integer from {low} to {high}"
+        highest = high() if callable(high) else high
+        accepted = f"{what}: an integer from {low} to {highest}"
         try:
             value = int(text.strip())
         except ValueError:
             raise ValueError(accepted) from None
-        if not low <= value <= high:
+        if not low <= value <= highest:
             raise ValueError(accepted)
         return value
 
@@ -268,7 +275,7 @@ _FIELDS = (
     _Field("enabled", parse_bool, fallback=False),
     _Field("mode", _parse_mode),
     _Field("sample_interval", parse_size),
-    _Field("nframe", _parse_int(1, MAX_NFRAME, "frames kept per traceback")),
+    _Field("nframe", _parse_int(1, _max_nframe, "frames kept per traceback")),
     _Field("interval", parse_duration),
     _Field("top", _parse_int(0, MAX_TOP, "sites with their own series")),
     _Field("leak_window", _parse_leak_window),
