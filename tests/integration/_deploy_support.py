@@ -132,6 +132,9 @@ class Prometheus:
             try:
                 get_text(self.url + "/-/ready", timeout=1.0)
                 return
+            except urllib.error.HTTPError as exc:  # 503 while it starts
+                exc.close()  # 3.14+ warns of one left open (a ResourceWarning)
+                time.sleep(0.2)
             except (OSError, urllib.error.URLError):
                 time.sleep(0.2)
         raise PrometheusError(f"prometheus not ready after {timeout}s:\n{self.log()}")
