@@ -40,16 +40,20 @@ while True:
 
 # Prints what its own agent serves: no polling from the test, no port guessing.
 SELF_SCRAPE = """\
-import os, sys, time, urllib.request
+import os, sys, time, urllib.error, urllib.request
 
 port = os.environ.get("SCRAPE_PORT", os.environ.get("HEAPWATCH_PORT"))
 url = "http://127.0.0.1:%s/metrics" % port
 deadline = time.monotonic() + 30
 while True:
     try:
-        body = urllib.request.urlopen(url, timeout=5).read().decode()
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = response.read().decode()
         if "heapwatch_traced_bytes" in body:
             break
+    except urllib.error.HTTPError as exc:
+        exc.close()  # its body is a temporary file: 3.14 warns if it is left open
+        body = ""
     except OSError:
         body = ""
     if time.monotonic() > deadline:

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -223,6 +224,9 @@ def test_every_gunicorn_worker_is_scraped_on_its_own_port(tmp_path: Path, preloa
                 url = f"http://127.0.0.1:{app_port}/"
                 with urllib.request.urlopen(url, timeout=10) as response:
                     pid = int(response.read())
+            except urllib.error.HTTPError as exc:
+                exc.close()  # its body is a temporary file: 3.14 warns if it is left open
+                return False
             except OSError:
                 return False
             with lock:
