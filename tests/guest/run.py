@@ -160,6 +160,14 @@ KNOWN_DIFFERENCES: dict[str, dict[str, Known]] = {
             f"sys.getallocatedblocks() {_COUNTS_THE_AGENT}", always=False
         ),
     },
+    "test_gc": {
+        "GCTests.test_get_count": Known(
+            "gc.get_count() after gc.collect() counts the container objects every thread made "
+            "since, and the agent's cycle (tuples, lists, dicts) may fall between the two calls; "
+            "any thread of the service's own would do the same",
+            always=False,
+        ),
+    },
     "test_tracemalloc": {
         "TestTracemallocEnabled.test_get_traced_memory": Known(
             f"the stdlib tracer's get_traced_memory() {_COUNTS_THE_AGENT}", always=False
