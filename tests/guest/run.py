@@ -120,7 +120,8 @@ WAYS: dict[str, dict[str, str]] = {
     "exact": {**AGENT, "HEAPWATCH_MODE": "exact"},
     "sample": {**AGENT, "HEAPWATCH_MODE": "sample", "HEAPWATCH_SAMPLE_INTERVAL": "64KiB"},
 }
-_RESULT = re.compile(r"^Result: (\S+)", re.MULTILINE)
+# regrtest's last word: "Result: X" from 3.11, "Tests result: X" before.
+_RESULT = re.compile(r"^(?:Tests r|R)esult: (\S+)", re.MULTILINE)
 
 
 class Known(NamedTuple):
