@@ -88,13 +88,16 @@ def test_a_spike_freed_within_the_interval_shows_in_the_peaks_not_the_sizes(mode
     sites = {(s.file, s.line): s for s in result.sites}
     assert about(sites[__file__, B_LINE].size, 10)
     assert about(sites[__file__, B_LINE].peak, 10)
-    assert sites[__file__, A_LINE].size == 0
+    # (A's line may keep a small object a free list holds: 3.14+ keeps freed
+    # ints there, and the int that sized the spike was made on that line)
+    assert sites[__file__, A_LINE].size < slack
     assert about(sites[__file__, A_LINE].peak, 50)
     # and the peaks of the sites and <other> sum to the traced peak, exactly
     assert sum(s.peak for s in result.sites) == result.peak
     # Prometheus: a real scrape of /metrics
     found = scrape(agent)
-    assert ours(found["heapwatch_lineno_size_bytes"], A_LINE) == 0
+    size_a = ours(found["heapwatch_lineno_size_bytes"], A_LINE)
+    assert size_a is not None and size_a < slack
     assert about(ours(found["heapwatch_lineno_size_bytes"], B_LINE), 10)
     assert about(ours(found["heapwatch_lineno_peak_bytes"], A_LINE), 50)
     assert about(ours(found["heapwatch_lineno_peak_bytes"], B_LINE), 10)
