@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 from heapwatch.cli.dump_input import (
     add_report_options,
     group,
     open_input,
-    print_text,
+    print_report,
     run_guarded,
     when,
 )
-from heapwatch.formats.report import diff_report, format_text, to_json
+from heapwatch.formats.report import diff_report
 from heapwatch.tracemalloc.objects import (
     StatisticDiff,
     _compare_grouped_stats,
@@ -49,7 +48,7 @@ def _diff(options: argparse.Namespace) -> int:
         notes=notes,
         meta={"old": {"file": old.path, **old.meta}, "new": {"file": new.path, **new.meta}},
     )
-    print_text(json.dumps(to_json(report)) + "\n" if options.json else format_text(report))
+    print_report(report, options.json)
     return 0
 
 

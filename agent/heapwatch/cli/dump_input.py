@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import sys
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, NamedTuple, cast
 
 from heapwatch._errors import HeapwatchError
 from heapwatch.formats.estimates import round_count, weigher
-from heapwatch.formats.report import KEY_TYPES
+from heapwatch.formats.report import KEY_TYPES, Report, format_text, to_json
 from heapwatch.formats.snapshot_file import SnapshotFile, open_snapshot
 from heapwatch.tracemalloc.grouping import group_traces
 
@@ -40,6 +41,7 @@ __all__ = [
     "group",
     "open_input",
     "open_snapshot_file",
+    "print_report",
     "print_text",
     "run_guarded",
     "timestamp",
@@ -136,6 +138,11 @@ def when(meta: dict[str, Any]) -> str:
     if stamp is None:
         return "time unknown"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+
+
+def print_report(report: Report, as_json: bool) -> None:
+    """A command's report on stdout: JSON (one line) or text."""
+    print_text(json.dumps(to_json(report)) + "\n" if as_json else format_text(report))
 
 
 def print_text(text: str) -> None:

@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 from heapwatch.cli.dump_input import (
     add_report_options,
     group,
     open_input,
-    print_text,
+    print_report,
     run_guarded,
 )
-from heapwatch.formats.report import format_text, to_json, top_report
+from heapwatch.formats.report import top_report
 from heapwatch.tracemalloc.objects import Statistic
 from heapwatch.tracemalloc.raw import raw_statistics
 
@@ -38,7 +37,7 @@ def _top(options: argparse.Namespace) -> int:
         sample_interval=source.sample_interval,
         meta={"file": source.path, **source.meta},
     )
-    print_text(json.dumps(to_json(report)) + "\n" if options.json else format_text(report))
+    print_report(report, options.json)
     return 0
 
 
