@@ -3,7 +3,7 @@ must add no failure and no hang (``make guest``).
 
 Each test file of the interpreter's ``test`` package (the one installed with
 ``--python``, never a copy) runs three ways, each in a fresh ``python -m
-test`` of its own, in a scratch directory, with a timeout:
+test -v`` of its own, in a scratch directory, watched for a stall:
 
 * ``untraced``: no heapwatch;
 * ``exact``: the agent, auto-started from the environment, exact mode, 25
@@ -12,13 +12,18 @@ test`` of its own, in a scratch directory, with a timeout:
 
 A file's result under the agent is compared with its untraced result, test by
 test (regrtest's JUnit XML): a test that fails only under the agent, a file
-that times out only under the agent, or a file whose environment regrtest
-finds changed only under the agent is a regression.  A file with a
+that hangs only under the agent, or a file whose environment regrtest finds
+changed only under the agent is a regression.  A hang is a run that prints
+nothing for ``--stall`` seconds (``-v`` prints a line per test), or that is
+still running after ``--limit`` seconds: a whole-file timeout alone cannot
+tell a hang from a slow run on a loaded machine (``make ci`` runs two of
+these suites at once, and every child ``test_subprocess`` starts under the
+agent starts an agent of its own).  A file with a
 regression runs again, both ways; only a regression seen twice fails the run
 (a test that flakes untraced is no news about heapwatch).  Prints a table,
 one line per file; exit status 1 on a regression, 2 on bad usage.
 
-Usage: python tests/guest/run.py [--python PY] [--jobs N] [--timeout S]
+Usage: python tests/guest/run.py [--python PY] [--jobs N] [--stall S] [--limit S]
        [--ways untraced,exact,sample] [--markdown FILE] [TEST ...]
 """
 
@@ -38,7 +43,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 __all__ = ["DEFAULT_TESTS", "WAYS", "FileResult", "main", "run_file"]
 
@@ -258,8 +263,10 @@ def _failed_tests(xml_path: Path) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(failed), frozenset(names)
 
 
-def run_file(python: str, name: str, way: str, timeout: float) -> Run:
-    """Runs one test file one way, in a scratch directory of its own."""
+def run_file(python: str, name: str, way: str, stall: float, limit: float) -> Run:
+    """Runs one test file one way, in a scratch directory of its own; a run
+    that prints nothing for ``stall`` seconds, or runs ``limit`` seconds, is
+    killed as a hang (status TIMEOUT)."""
     scratch = Path(tempfile.mkdtemp(prefix=f"guest-{way}-{name}-"))
     xml_path = scratch / "junit.xml"
     started = time.monotonic()
@@ -270,6 +277,7 @@ def run_file(python: str, name: str, way: str, timeout: float) -> Run:
                     python,
                     "-m",
                     "test",
+                    "-v",
                     "--junit-xml",
                     str(xml_path),
                     *(arg for test in NOT_RUN.get(name, {}) for arg in ("-i", test)),
@@ -280,15 +288,12 @@ def run_file(python: str, name: str, way: str, timeout: float) -> Run:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # the timeout kills its children too
+                start_new_session=True,  # a hang's kill reaches its children too
             )
-            try:
-                proc.wait(timeout)
-                status = ""
-            except subprocess.TimeoutExpired:
+            status = "" if _wait_while_printing(proc, output, stall, limit) else "TIMEOUT"
+            if status:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                status = "TIMEOUT"
             output.seek(0)
             text = output.read()
         seconds = time.monotonic() - started
@@ -302,6 +307,27 @@ def run_file(python: str, name: str, way: str, timeout: float) -> Run:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _wait_while_printing(
+    proc: subprocess.Popen[bytes], output: IO[str], stall: float, limit: float
+) -> bool:
+    """Waits for ``proc`` while its output grows; False once it has printed
+    nothing for ``stall`` seconds or run for ``limit`` seconds."""
+    started = last_change = time.monotonic()
+    size = -1
+    while True:
+        try:
+            proc.wait(min(1.0, stall))
+            return True
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        grown = os.fstat(output.fileno()).st_size
+        if grown != size:
+            size, last_change = grown, now
+        if now - last_change >= stall or now - started >= limit:
+            return False
+
+
 def _short(test: str) -> str:
     """``Class.test_name`` of a JUnit test name."""
     return ".".join(test.rsplit(".", 2)[-2:])
@@ -313,7 +339,7 @@ def _added(name: str, untraced: Run, traced: Run) -> tuple[str, list[str]]:
     known = KNOWN_DIFFERENCES.get(name, {})
     shown = sorted(test for test in known if any(_short(f) == test for f in traced.failed))
     if traced.status == "TIMEOUT" and untraced.status != "TIMEOUT":
-        return f"hang (no result in {traced.seconds:.0f}s)", shown
+        return f"hang (killed after {traced.seconds:.0f}s)", shown
     if traced.status.startswith("CRASH") and not untraced.status.startswith("CRASH"):
         return traced.status.lower(), shown
     new = sorted(_short(t) for t in traced.failed - untraced.failed if _short(t) not in known)
@@ -331,13 +357,13 @@ def _added(name: str, untraced: Run, traced: Run) -> tuple[str, list[str]]:
 
 
 def _schedule(
-    python: str, jobs: int, timeout: float, tasks: Sequence[tuple[str, str]]
+    python: str, jobs: int, stall: float, limit: float, tasks: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], Run]:
     """Runs every (file, way) with ``jobs`` at a time, printing each as it ends."""
     runs: dict[tuple[str, str], Run] = {}
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         futures = {
-            pool.submit(run_file, python, name, way, timeout): (name, way) for name, way in tasks
+            pool.submit(run_file, python, name, way, stall, limit): (name, way) for name, way in tasks
         }
         for future in concurrent.futures.as_completed(futures):
             name, way = futures[future]
@@ -347,14 +373,14 @@ def _schedule(
 
 
 def check_files(
-    python: str, names: Sequence[str], ways: Sequence[str], jobs: int, timeout: float
+    python: str, names: Sequence[str], ways: Sequence[str], jobs: int, stall: float, limit: float
 ) -> list[FileResult]:
     """Runs each file every way; a regression is confirmed by running both
     ways of that file again."""
     # Every way of the slowest files first (the list is ordered by time), so
     # that the jobs end together.
     tasks = [(name, way) for name in names for way in ways]
-    runs = _schedule(python, jobs, timeout, tasks)
+    runs = _schedule(python, jobs, stall, limit, tasks)
     results = [FileResult(name, {way: runs[name, way] for way in ways}) for name in names]
     if "untraced" not in ways:
         return results
@@ -372,7 +398,7 @@ def check_files(
         again_tasks = sorted(
             {(r.name, w) for r, w, _ in suspects} | {(r.name, "untraced") for r, _, _ in suspects}
         )
-        again = _schedule(python, jobs, timeout, again_tasks)
+        again = _schedule(python, jobs, stall, limit, again_tasks)
         for result, way, added in suspects:
             confirmed, _ = _added(
                 result.name, again[result.name, "untraced"], again[result.name, way]
@@ -472,7 +498,16 @@ def _parser() -> argparse.ArgumentParser:
     # Most files spend their time waiting (sleeps, timeouts): more jobs than cores.
     parser.add_argument("--jobs", type=int, default=4, help="runs at once (default 4)")
     parser.add_argument(
-        "--timeout", type=float, default=240.0, help="seconds a file may take (default 240)"
+        "--stall",
+        type=float,
+        default=240.0,
+        help="seconds a file may print nothing before it counts as hung (default 240)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=float,
+        default=1800.0,
+        help="seconds a file may take in all before it counts as hung (default 1800)",
     )
     parser.add_argument(
         "--ways", default=",".join(WAYS), help="comma-separated: " + ", ".join(WAYS)
@@ -490,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--ways={options.ways!r}: each is one of {', '.join(WAYS)}")
     if options.jobs < 1:
         parser.error(f"--jobs={options.jobs}: at least 1")
+    for flag in ("stall", "limit"):
+        if not getattr(options, flag) > 0:
+            parser.error(f"--{flag}={getattr(options, flag)}: a number of seconds above 0")
     tests = options.tests or list(DEFAULT_TESTS)
     # Absolute, not resolved: a virtual environment's python is a symbolic link.
     python = os.path.abspath(options.python) if os.sep in options.python else options.python
@@ -506,7 +544,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     tests = resolve(python, tests)
     started = time.monotonic()
-    results = check_files(python, tests, ways, options.jobs, options.timeout)
+    results = check_files(python, tests, ways, options.jobs, options.stall, options.limit)
     report = table(results, ways, python)
     stale = stale_differences(results, ways)
     for line in stale:
