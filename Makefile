@@ -18,7 +18,7 @@ SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: bench-leaks ci-host-versions ci-sid-versions guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
+.PHONY: bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -47,7 +47,7 @@ test-all:  ## run the test suite on every supported Python (3.9 to 3.15)
 	  case " $(SID_VERSIONS) " in \
 	    *" $$v "*) echo "=== Python $$v (Debian sid chroot)"; \
 	      tools/sid-python run make --no-print-directory test PYTHON=python$$v VENV=.venvs/$$v \
-	        PYTEST_ARGS="$(PYTEST_ARGS)" ;; \
+	        PYTEST_ARGS='$(PYTEST_ARGS)' ;; \
 	    *) py=$$(tools/find-python $$v); \
 	      echo "=== Python $$v ($$py)"; \
 	      $(MAKE) --no-print-directory test PYTHON=$$py VENV=.venvs/$$v ;; \
@@ -95,22 +95,29 @@ ci-tools:  ## install the external tools CI tests with (Debian packages)
 
 ci: ci-tools  ## what CI runs: lint, every Python, the sanitizer build, the guest suite, the real tools
 	$(MAKE) --no-print-directory lint
-	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory test
-	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory -j2 --output-sync=target ci-host-versions ci-sid-versions
-	$(MAKE) --no-print-directory sanitize
+	HEAPWATCH_REQUIRE_TOOLS=1 $(MAKE) --no-print-directory -j2 --output-sync=target ci-lane-host ci-lane-sid
 	$(MAKE) --no-print-directory -j2 --output-sync=target guest guest-newest
 	$(MAKE) --no-print-directory soak-short
 
-# make ci runs the host's other versions and the chroot's side by side (two
-# cores, each suite mostly one), each with its venvs and build tree.
+# make ci runs two lanes side by side on its two cores (most of a suite's time
+# is spent waiting on processes and servers), each interpreter with its own
+# venv and build tree: the host's other versions in one; in the other this
+# Python's whole suite, the sanitizer build and the chroot's versions.  Tests
+# of the deploy/ files alone (marker deploy_files: promtool and Prometheus on
+# YAML, no heapwatch code runs) do not depend on the Python version: they run
+# once, in this Python's suite.
 HOST_VERSION := $(shell $(PYTHON) -c 'import sys;print("%d.%d"%sys.version_info[:2])')
 NEWEST       := $(lastword $(SID_VERSIONS))
+ONCE_ONLY    := -m "not deploy_files"
 
-ci-host-versions:
-	$(MAKE) --no-print-directory test-all VERSIONS="$(filter-out $(HOST_VERSION) $(SID_VERSIONS),$(VERSIONS))"
+ci-lane-host:
+	$(MAKE) --no-print-directory test-all PYTEST_ARGS='$(ONCE_ONLY)' \
+	  VERSIONS="$(filter-out $(HOST_VERSION) $(SID_VERSIONS),$(VERSIONS))"
 
-ci-sid-versions:
-	$(MAKE) --no-print-directory test-all VERSIONS="$(SID_VERSIONS)"
+ci-lane-sid:
+	$(MAKE) --no-print-directory test
+	$(MAKE) --no-print-directory sanitize
+	$(MAKE) --no-print-directory test-all PYTEST_ARGS='$(ONCE_ONLY)' VERSIONS="$(SID_VERSIONS)"
 
 guest-newest:  ## the guest suite on the newest Python (in the Debian sid chroot)
 	tools/sid-python run make --no-print-directory guest PYTHON=python$(NEWEST) VENV=.venvs/$(NEWEST)

@@ -16,7 +16,7 @@ from _deploy_support import DEPLOY, Prometheus
 
 from external_tools import require_tool
 
-pytestmark = pytest.mark.tools
+pytestmark = [pytest.mark.tools, pytest.mark.deploy_files]
 
 K8S_SCRAPE = DEPLOY / "kubernetes" / "prometheus-scrape.yml"
 

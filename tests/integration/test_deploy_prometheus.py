@@ -16,7 +16,7 @@ from _deploy_support import DEPLOY
 
 from external_tools import require_tool
 
-pytestmark = pytest.mark.tools
+pytestmark = [pytest.mark.tools, pytest.mark.deploy_files]
 
 PROMETHEUS = DEPLOY / "prometheus"
 RULES = PROMETHEUS / "heapwatch-rules.yml"
