@@ -201,6 +201,9 @@ def callgrind(job: Job, scale: float, timeout: float) -> tuple[int, int | None] 
         *job.argv,
         "--scale",
         str(scale),
+        # A traced child otherwise times untraced runs around its traced
+        # ones, which callgrind would count as the tracer's.
+        "--once",
     ]
     try:
         proc = subprocess.run(
