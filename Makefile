@@ -60,7 +60,7 @@ sanitize:  ## build the core with ASan+UBSan and run the core tests under them
 	cd tests && $(SANITIZED) \
 	  $(abspath $(VENV)-asan)/bin/python -m pytest -p no:cacheprovider -x core $(PYTEST_ARGS)
 
-dashboard: $(VENV)/.deps  ## regenerate deploy/grafana/dashboard.json from deploy/grafana/generate.py
+dashboard: $(VENV)/.installed  ## regenerate deploy/grafana/dashboard.json from deploy/grafana/generate.py
 	$(VPY) deploy/grafana/generate.py
 
 bench: $(VENV)/.installed  ## measure slowdown and memory against untraced and the stdlib tracer

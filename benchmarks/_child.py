@@ -70,6 +70,10 @@ def suite_slowdown(tracer: tracers.Tracer, args: argparse.Namespace) -> Result:
     timed()
     if tracer.family == "untraced":
         return _timed_run(timed, None)
+    if args.once:
+        # One traced run and nothing else, as the untraced child runs: what
+        # the instructions suite counts (callgrind counts the whole process).
+        return _timed_run(timed, tracer)
     # The traced runs, and untraced runs of the same workload in the same
     # process around them: a shared machine's speed drifts (on the 2-CPU VM
     # these numbers come from, by 2x within minutes) and hiccups (a run now
@@ -266,6 +270,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=1.0)
     parser.add_argument("--traced-first", action="store_true")
     parser.add_argument("--blocks-of-runs", type=int, default=1)
+    parser.add_argument("--once", action="store_true", help="one traced run only")
     args = parser.parse_args()
     result = SUITES[args.suite](tracers.TRACERS[args.tracer], args)
     sys.stdout.write(json.dumps(result) + "\n")

@@ -46,7 +46,9 @@ RESULTS = HERE / "results"
 
 sys.path.insert(0, str(HERE))
 
-# The runner imports neither tracer: it only needs the names.
+# The runner imports neither tracer: it only needs the names (and the agent's
+# configuration module imports no tracer).
+from heapwatch.agent.config import DEFAULT_NFRAME  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 SUITES = ("slowdown", "rss", "cycle", "pause", "instructions")
@@ -63,6 +65,8 @@ CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     "hw-exact-1": ("heapwatch exact n1", 2.0, "stdlib-1"),
     "hw-exact-25": ("heapwatch exact n25", 3.0, "stdlib-25"),
     "hw-sample": ("heapwatch sample 512K", 1.05, "stdlib-1"),
+    # The agent's default in sample mode (nframe deeper than 1).
+    "hw-sample-deep": (f"heapwatch sample 512K n{DEFAULT_NFRAME['sample']}", 1.05, "stdlib-1"),
 }
 # Which configurations each suite can run, and runs by default.
 SUITE_CONFIGS: dict[str, tuple[list[str], list[str]]] = {
@@ -70,14 +74,17 @@ SUITE_CONFIGS: dict[str, tuple[list[str], list[str]]] = {
     "rss": (list(CONFIGS), ["untraced", "stdlib-1", "hw-exact-1"]),
     "cycle": ([c for c in CONFIGS if c != "untraced"], ["hw-exact-1", "stdlib-1"]),
     "pause": ([c for c in CONFIGS if c != "untraced"], ["hw-exact-1"]),
-    "instructions": (list(CONFIGS), ["untraced", "hw-exact-1", "hw-exact-25", "hw-sample"]),
+    "instructions": (
+        list(CONFIGS),
+        ["untraced", "hw-exact-1", "hw-exact-25", "hw-sample", "hw-sample-deep"],
+    ),
 }
 # The instructions suite runs each workload at these two scales under
 # callgrind; the difference is the workload's own count, startup excluded.
 INSTRUCTION_SCALES = (0.05, 0.1)
 
 # Sample mode traces few blocks: per-block figures mean nothing there.
-SAMPLED = {"hw-sample"}
+SAMPLED = {"hw-sample", "hw-sample-deep"}
 
 RSS_TARGET = 48.0  # bytes per live traced block, heapwatch at nframe 1
 CYCLE_TARGET_MS = 50.0
@@ -201,6 +208,9 @@ def callgrind(job: Job, scale: float, timeout: float) -> tuple[int, int | None] 
         *job.argv,
         "--scale",
         str(scale),
+        # A traced child otherwise times untraced runs around its traced
+        # ones, which callgrind would count as the tracer's.
+        "--once",
     ]
     try:
         proc = subprocess.run(
@@ -949,7 +959,7 @@ def list_all() -> None:
     print("configurations:")
     for name, (text, target, _) in CONFIGS.items():
         goal = f"  target <= {target:g}x untraced" if target else ""
-        print(f"  {name:<11} {text}{goal}")
+        print(f"  {name:<14} {text}{goal}")
     print("suites and their default configurations:")
     for suite, (_, default) in SUITE_CONFIGS.items():
         print(f"  {suite:<11} {', '.join(default)}")

@@ -10,6 +10,7 @@ import tracemalloc
 from dataclasses import dataclass
 
 from heapwatch import _core
+from heapwatch.agent.config import DEFAULT_NFRAME
 
 SAMPLE_INTERVAL = 512 * 1024
 
@@ -81,5 +82,7 @@ TRACERS: dict[str, Tracer] = {
         Tracer("hw-exact-1", "heapwatch", 1, "exact"),  # _core.start(1, "exact")
         Tracer("hw-exact-25", "heapwatch", 25, "exact"),  # _core.start(25, "exact")
         Tracer("hw-sample", "heapwatch", 1, "sample"),  # _core.start(1, "sample", 512 KiB)
+        # The agent's default in sample mode: the same, at its default nframe.
+        Tracer("hw-sample-deep", "heapwatch", DEFAULT_NFRAME["sample"], "sample"),
     )
 }

@@ -9,13 +9,16 @@ Environment:
     DEMO_PORT         its port (default 8000; 0 for any free port)
     DEMO_RATE         requests per second its own client thread sends (default 20)
     DEMO_LEAK_BYTES   bytes leaked per /order request (default 4096)
+    DEMO_SPIKE_BYTES  bytes an /export request holds for a moment (default 16 MiB)
     HEAPWATCH_*       the agent's settings (docs/design/agent.md), for example
                       HEAPWATCH_ENABLED=1 HEAPWATCH_INTERVAL=5 HEAPWATCH_PORT=9438
 
 Endpoints: ``/`` (a page), ``/order`` (leaks DEMO_LEAK_BYTES into a cache
 that is never evicted: see ``remember_order``), ``/report`` (allocates and
-frees a few hundred KiB: churn, no leak).  heapwatch's ``/metrics`` is served
-by the agent on its own port.
+frees a few hundred KiB: churn, no leak), ``/export`` (holds DEMO_SPIKE_BYTES
+while it answers, then frees them: a peak that no site's size shows, only
+its share of the peak).  heapwatch's ``/metrics`` is served by the agent on
+its own port.
 
 Standard output, one line each, flushed as soon as known:
     demo service: http://HOST:PORT/
@@ -39,6 +42,7 @@ HOST = os.environ.get("DEMO_HOST", "127.0.0.1")
 PORT = int(os.environ.get("DEMO_PORT", "8000"))
 RATE = float(os.environ.get("DEMO_RATE", "20"))
 LEAK_BYTES = int(os.environ.get("DEMO_LEAK_BYTES", "4096"))
+SPIKE_BYTES = int(os.environ.get("DEMO_SPIKE_BYTES", str(16 << 20)))
 
 # The leak: every order is remembered, and nothing ever forgets one.
 _ORDERS: list[bytes] = []
@@ -46,6 +50,11 @@ _ORDERS: list[bytes] = []
 
 def remember_order(order_id: int) -> None:
     _ORDERS.append(bytes(LEAK_BYTES))  # the leaking line
+
+
+def build_export() -> bytes:
+    buffer = bytes(SPIKE_BYTES)  # the spike's line
+    return f"exported {len(buffer)} bytes\n".encode()
 
 
 def build_report() -> bytes:
@@ -63,6 +72,8 @@ class Handler(BaseHTTPRequestHandler):
             body = f"order {Handler.counter} taken\n".encode()
         elif self.path == "/report":
             body = build_report()
+        elif self.path == "/export":
+            body = build_export()
         elif self.path == "/":
             body = f"demo service: {len(_ORDERS)} orders remembered\n".encode()
         else:
@@ -79,12 +90,12 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def client(base_url: str, stop: threading.Event) -> None:
-    """The service's own traffic: mostly orders, some reports."""
+    """The service's own traffic: mostly orders, some reports, now and then an export."""
     period = 1.0 / RATE if RATE > 0 else 1.0
     n = 0
     while not stop.wait(period):
         n += 1
-        path = "/report" if n % 10 == 0 else "/order"
+        path = "/export" if n % 50 == 0 else "/report" if n % 10 == 0 else "/order"
         try:
             with urllib.request.urlopen(base_url + path, timeout=5) as response:
                 response.read()

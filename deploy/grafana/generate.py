@@ -9,8 +9,9 @@ release that targets Grafana 11.6; it needs Python 3.11 or newer).  Edit this
 file, never the JSON: tests/unit/test_deploy_grafana.py fails when the two
 drift apart.
 
-Every query filters on the dashboard variables with SELECTOR; the leak-suspect
-query is explained in deploy/README.md ("How a leak suspect is defined").
+Every query filters on the dashboard variables with SELECTOR; the panels are
+explained in deploy/README.md ("Grafana").  It reads the agent's suspect
+threshold from heapwatch, so heapwatch must be installed (make install).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode
 
+from heapwatch.agent.agent import LEAK_SUSPECT
+
 OUTPUT = Path(__file__).resolve().parent / "dashboard.json"
 
 UID = "heapwatch"
@@ -39,16 +42,10 @@ SELECTOR = 'job=~"$job", instance=~"$instance"'
 # HEAPWATCH_TOP into one series, code_file_path="<other>", which is no site.
 SITES = SELECTOR + ', code_file_path!="<other>"'
 SITE_LABELS = "job, code_file_path, code_line_number"
+# A site of one process: the leak score is a process's own.
+INSTANCE_SITE_LABELS = "job, instance, code_file_path, code_line_number"
 SITE_LEGEND = "{{code_file_path}}:{{code_line_number}}"
 TOP = 10
-# A leak suspect must show at least this many increases of its size in the
-# window, so that a site seen in one or two cycles (a young process, a site
-# that just entered the top N) is not called a leak.
-LEAK_MIN_INCREASES = 5
-# In sample mode a leaking site may lose a sample now and then (a sampled
-# container array resized into an unsampled block); at most one move in this
-# many may be down, as in HeapwatchLeakSuspect.
-SAMPLED_MOVES_PER_SHRINK = 4
 
 
 def traced_memory_queries() -> dict[str, str]:
@@ -91,23 +88,34 @@ def fastest_growing_query() -> str:
     )
 
 
-def leak_suspects_query() -> str:
-    """Sites that grew in every agent cycle seen in the window (in sample
-    mode: in at least three of four moves); the value is the site's growth
-    rate in bytes per second (least-squares slope)."""
-    size = f"heapwatch_lineno_size_bytes{{{SITES}}}[$__range]"
-    growth = f"heapwatch_lineno_growth_bytes{{{SITES}}}[$__range]"
+def leak_score_query() -> str:
+    """The agent's leak suspects: the sites whose score is at least its own
+    suspect threshold (it exports those beyond its top sites by size).  The
+    sum by the site's labels drops the metric name, so that the score and
+    the rate rows join on the labels alone."""
+    score = f"heapwatch_lineno_leak_score{{{SITES}}} >= {LEAK_SUSPECT:g}"
+    return f"max by ({INSTANCE_SITE_LABELS}) (\n  {score}\n)"
+
+
+def leak_rate_query() -> str:
+    """The leak rate (bytes per second) of the same sites."""
+    rate = f"heapwatch_lineno_leak_rate_bytes_per_second{{{SITES}}}"
+    score = f"heapwatch_lineno_leak_score{{{SITES}}} >= {LEAK_SUSPECT:g}"
     return (
-        f"deriv({size}) > 0\n"
-        f"and changes({size}) >= {LEAK_MIN_INCREASES}\n"
-        "and (\n"
-        f"    resets({size}) == 0\n"
-        f"    and min_over_time({growth}) > 0\n"
-        "  or\n"
-        f"    resets({size}) * {SAMPLED_MOVES_PER_SHRINK} <= changes({size})\n"
-        f"    and on (job, instance) heapwatch_sample_interval_bytes{{{SELECTOR}}} > 0\n"
-        ")"
+        f"max by ({INSTANCE_SITE_LABELS}) (\n  {rate}\n  and on ({INSTANCE_SITE_LABELS}) {score}\n)"
     )
+
+
+def peak_sites_query() -> str:
+    """Each site's share of every interval's peak, for the TOP sites with the
+    largest share of any peak in the range (a site that allocated and freed
+    within one interval shows only there: it would miss a top at end())."""
+    peak = f"sum by ({SITE_LABELS}) (heapwatch_lineno_peak_bytes{{{SITES}}}"
+    largest = (
+        f"sum by ({SITE_LABELS}) "
+        f"(max_over_time(heapwatch_lineno_peak_bytes{{{SITES}}}[$__range] @ end()))"
+    )
+    return f"{peak})\nand on ({SITE_LABELS})\ntopk({TOP}, {largest})"
 
 
 def query(expr: str, legend: str, ref_id: str) -> prometheus_builders.Dataquery:
@@ -340,17 +348,20 @@ def leak_suspects_panel() -> table.Panel:
         table.Panel()
         .title("Leak suspects")
         .description(
-            "Sites that grew in every agent cycle seen in the selected time range "
-            "(in sample mode: in at least three of four moves), with at least "
-            f"{LEAK_MIN_INCREASES} increases; growth is their rate in bytes per second. "
-            "Narrow the time range to ask about a shorter window; the "
-            "HeapwatchLeakSuspect alert "
-            "asks the same over 30 minutes. Take a dump of the instance to see "
-            "the tracebacks."
+            "Sites whose leak score, computed by the agent over its "
+            "HEAPWATCH_LEAK_WINDOW (30 minutes by default), is at least "
+            f"{LEAK_SUSPECT:g}, with the rate they leak at (bytes per second, over "
+            "the span that scored). The score is 0 to 1: memory that survives and "
+            "grows steadily, far above its noise (a cache filling then "
+            "stopping, a batch, churn stay low). The HeapwatchLeakSuspect alert "
+            "fires on the same score (deploy/README.md). As of the end of the "
+            "time range. "
+            "Take a dump of the instance to see the tracebacks."
         )
         .datasource(DATASOURCE)
-        .with_target(instant(leak_suspects_query(), SITE_LEGEND).format(PromQueryFormat.TABLE))
-        .unit("binBps")
+        .with_target(instant(leak_score_query(), SITE_LEGEND, "A").format(PromQueryFormat.TABLE))
+        .with_target(instant(leak_rate_query(), SITE_LEGEND, "B").format(PromQueryFormat.TABLE))
+        .with_transformation(models.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
             models.DataTransformerConfig(
                 id_val="organize",
@@ -361,18 +372,44 @@ def leak_suspects_panel() -> table.Panel:
                         "instance": 1,
                         "code_file_path": 2,
                         "code_line_number": 3,
-                        "Value": 4,
+                        "Value #A": 4,
+                        "Value #B": 5,
                     },
                     "renameByName": {
                         "code_file_path": "file",
                         "code_line_number": "line",
-                        "Value": "growth",
+                        "Value #A": "score",
+                        # No unit per column: the schema this dashboard is
+                        # checked against refuses field overrides' values.
+                        "Value #B": "rate (B/s)",
                     },
                 },
             )
         )
-        .sort_by([common_builders.TableSortByFieldState().display_name("growth").desc(True)])
+        .sort_by([common_builders.TableSortByFieldState().display_name("score").desc(True)])
         .filterable(True)
+        .height(9)
+        .span(24)
+    )
+
+
+def peak_sites_panel() -> timeseries.Panel:
+    return (
+        lines(timeseries.Panel())
+        .title("What made the peak")
+        .description(
+            "For each agent interval, the bytes each site held at the moment "
+            "traced memory reached that interval's peak, stacked: the stack's "
+            "height is the peak of the sites shown (the peak itself is on "
+            f"Traced memory, peak and RSS). The {TOP} sites with the largest "
+            "share of any peak in the time range. A site that allocates and "
+            "frees within one interval shows here and nowhere else."
+        )
+        .datasource(DATASOURCE)
+        .with_target(query(peak_sites_query(), SITE_LEGEND, "A"))
+        .stacking(common_builders.StackingConfig().mode(common.StackingMode.NORMAL))
+        .unit("bytes")
+        .min(0)
         .height(9)
         .span(24)
     )
@@ -487,7 +524,7 @@ def build() -> dashboard_builders.Dashboard:
         .description(
             "Python heap of services running the heapwatch agent: traced memory, "
             "the memory it cannot attribute, top and growing allocation sites, "
-            "leak suspects, and the tracer's cost."
+            "leak suspects, what made each peak, and the tracer's cost."
         )
         .tags(["heapwatch", "python", "memory"])
         .editable()
@@ -504,6 +541,7 @@ def build() -> dashboard_builders.Dashboard:
         top_sites_panel(),
         fastest_growing_panel(),
         leak_suspects_panel(),
+        peak_sites_panel(),
         top_sites_over_time_panel(),
         tracer_memory_panel(),
         cycle_time_panel(),

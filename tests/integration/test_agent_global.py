@@ -84,3 +84,43 @@ def test_an_already_tracing_core_keeps_its_configuration(
     assert "already tracing" in caplog.text
     heapwatch.stop_agent()
     assert _core.is_tracing()  # not the agent's to stop
+
+
+def _allocated_three_calls_deep() -> bytes:
+    def one() -> bytes:
+        return two()
+
+    def two() -> bytes:
+        return three()
+
+    def three() -> bytes:
+        return bytes(1 << 20)  # one block: the object is its own buffer
+
+    return one()
+
+
+@pytest.mark.parametrize(
+    ("mode", "nframe", "expected"),
+    [("sample", None, 64), ("exact", None, 1), ("sample", "2", 2), ("exact", "25", 25)],
+)
+def test_the_cores_traceback_depth_is_the_modes_default_unless_nframe_is_set(
+    monkeypatch: pytest.MonkeyPatch, mode: str, nframe: str | None, expected: int
+) -> None:
+    """Sample mode walks the stack for sampled allocations only, so its
+    default keeps the callers; exact mode keeps one frame; HEAPWATCH_NFRAME
+    wins in both.  A sampled block's traceback holds its callers."""
+    monkeypatch.setenv("HEAPWATCH_MODE", mode)
+    if nframe is not None:
+        monkeypatch.setenv("HEAPWATCH_NFRAME", nframe)
+    # A 1 MiB block is sampled whatever the countdown at a 64 KiB interval.
+    agent = heapwatch.start_agent(exporters=[], interval=3600, sample_interval="64KiB")
+    assert agent is not None
+    assert _core.get_traceback_limit() == expected
+    block = _allocated_three_calls_deep()
+    frames = _core.get_object_traceback(block)
+    assert frames is not None
+    # three(), two(), one(), _allocated_three_calls_deep(), this test, pytest's...
+    assert min(expected, 5) <= len(frames) <= expected, frames
+    assert frames[0][0] == __file__, frames
+    heapwatch.stop_agent()
+    del block

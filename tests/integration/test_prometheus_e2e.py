@@ -6,8 +6,10 @@ Prometheus server on 127.0.0.1 scrapes both every second and loads the alert
 rules.  Once it has data, every target of every panel, with the dashboard's
 variables filled in as Grafana would ($job, $instance, $__range,
 $__rate_interval), must return data through the HTTP API, the leak-suspect
-query must name the demo's leaking line, and the alert rules must evaluate
-without errors.
+panel (the agent's leak score, over a window shrunk to seconds) and the
+leak-suspect alert's expression must name the demo's leaking line, the
+"what made the peak" panel its spike's line, and the alert rules must
+evaluate without errors.
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ SCRAPE_SECONDS = 1
 # What Grafana makes of $__rate_interval with a 1 s scrape interval and a 1 s
 # step: max($__interval + scrape interval, 4 * scrape interval).
 RATE_INTERVAL = "4s"
-# The alert rules' 30-minute window, shrunk for a run of a minute.
+# The leak score's window (HEAPWATCH_LEAK_WINDOW), shrunk for a run of a minute.
 SHORT_WINDOW = 20
+# What the demo's /export holds for a moment (DEMO_SPIKE_BYTES).
+SPIKE_BYTES = 16 << 20
 DEADLINE = 150.0
 
 # Runs the demo as `python demo_service.py` would, with the auto-start hook
@@ -61,11 +65,20 @@ _BOOT_FROM_SOURCE = (
 )
 
 
-def leaking_line() -> int:
+def marked_line(mark: str) -> int:
     for number, line in enumerate(DEMO.read_text(encoding="utf-8").splitlines(), start=1):
-        if "# the leaking line" in line:
+        if f"# {mark}" in line:
             return number
-    raise AssertionError(f"{DEMO} marks no line with '# the leaking line'")
+    raise AssertionError(f"{DEMO} marks no line with '# {mark}'")
+
+
+def leaking_line() -> int:
+    return marked_line("the leaking line")
+
+
+def spike_line() -> int:
+    """The line that holds DEMO_SPIKE_BYTES for a moment (its /export)."""
+    return marked_line("the spike's line")
 
 
 @dataclass
@@ -83,8 +96,10 @@ def start_demo(tmp_path: Path, name: str, env_extra: dict[str, str]) -> Demo:
         HEAPWATCH_HOST="127.0.0.1",
         HEAPWATCH_PORT=str(free_port()),
         HEAPWATCH_INTERVAL=str(SCRAPE_SECONDS),
+        HEAPWATCH_LEAK_WINDOW=f"{SHORT_WINDOW}s",
         DEMO_HOST="127.0.0.1",
         DEMO_PORT="0",
+        DEMO_SPIKE_BYTES=str(SPIKE_BYTES),
         **env_extra,
     )
     source_pythonpath(env)
@@ -166,8 +181,8 @@ def fill_in(expr: str, instance: str, range_seconds: int) -> str:
     return expr
 
 
-def leak_suspect_expr() -> str:
-    (target,) = [t for t in dashboard_targets() if t.panel == "Leak suspects"]
+def panel_expr(panel: str, ref_id: str = "A") -> str:
+    (target,) = [t for t in dashboard_targets() if (t.panel, t.ref_id) == (panel, ref_id)]
     return target.expr
 
 
@@ -187,23 +202,31 @@ class Stack:
     def elapsed(self, at: float | None = None) -> int:
         return int((time.time() if at is None else at) - self.started)
 
-    def suspects(self, demo: Demo, at: float | None = None) -> list[dict[str, Any]]:
-        """The leak-suspect panel's rows, largest growth first."""
-        expr = fill_in(leak_suspect_expr(), demo.instance, max(1, self.elapsed(at)))
+    def suspects(
+        self, demo: Demo, at: float | None = None, ref_id: str = "A"
+    ) -> list[dict[str, Any]]:
+        """The leak-suspect panel's rows (A: their scores, B: their rates),
+        largest first."""
+        expr = fill_in(panel_expr("Leak suspects", ref_id), demo.instance, max(1, self.elapsed(at)))
         result = self.prom.query(expr, at=at)
         return sorted(result, key=lambda s: float(s["value"][1]), reverse=True)
 
+    def peak_sites(self, demo: Demo, end: float) -> dict[tuple[str, str], float]:
+        """The "what made the peak" panel: each site's largest share of a peak."""
+        expr = fill_in(panel_expr("What made the peak"), demo.instance, max(1, self.elapsed(end)))
+        result = self.prom.query_range(expr, self.started, end, SCRAPE_SECONDS)
+        return {site_of(s): max(float(v) for _t, v in s["values"]) for s in result if s["values"]}
+
     def wait_for_leak(self, demo: Demo, timeout: float) -> list[dict[str, Any]]:
         """Waits until the leak-suspect panel names the leaking line for
-        demo, and the alert's window (shrunk) has passed."""
+        demo (its score reached the agent's suspect threshold)."""
         leak = ("demo_service.py", str(leaking_line()))
         rows: list[dict[str, Any]] = []
 
         def named() -> list[dict[str, Any]]:
             at = time.time()
             rows[:] = self.suspects(demo, at=at)
-            window_passed = self.elapsed(at) > SHORT_WINDOW + 5
-            if window_passed and leak in [site_of(r) for r in rows]:
+            if leak in [site_of(r) for r in rows]:
                 self.named_at = at
                 return rows
             return []
@@ -244,12 +267,10 @@ def test_every_dashboard_query_returns_data(stack: Stack) -> None:
     in every cycle and every panel has something to show."""
     demo = stack.demos["exact"]
     prom = stack.prom
-    leak = ("demo_service.py", str(leaking_line()))
     stack.wait_for_leak(demo, DEADLINE)
 
-    # Every target of every panel, at the instant the leak was named: on a
-    # busy machine a cycle may pass without an order, and the panel's "grew in
-    # every cycle" then drops the line for a moment.
+    # Every target of every panel, at the instant the leak was named (a
+    # busy machine may make a cycle late and the score dip a moment later).
     end = stack.named_at
     elapsed = int(end - stack.started)
     empty = []
@@ -264,18 +285,36 @@ def test_every_dashboard_query_returns_data(stack: Stack) -> None:
             empty.append(f"{target.panel} [{target.ref_id}]: {expr}")
     assert not empty, "queries that returned no data:\n" + "\n".join(empty)
 
-    # The leak-suspect panel names the leaking line first: it grows fastest
-    # of the sites that grew in every cycle.
-    rows = stack.suspects(demo, at=end)
-    assert rows and site_of(rows[0]) == leak, [site_of(r) for r in rows]
+    check_leak_and_peak_panels(stack, demo, end)
 
-    # The leak-suspect alert's expression, over a window shrunk to fit the
-    # run, names it too.
-    rules = [rule for group in prom.api("rules")["groups"] for rule in group["rules"]]
+
+def check_leak_and_peak_panels(stack: Stack, demo: Demo, end: float) -> None:
+    """At end, an instant the leak-suspect panel named the leak: the leak is
+    its first row with a positive rate, the alert's expression names it, and
+    the peak panel shows the spike's line at its size."""
+    leak = ("demo_service.py", str(leaking_line()))
+    rows = stack.suspects(demo, at=end)
+    assert rows and site_of(rows[0]) == leak, [(site_of(r), r["value"]) for r in rows]
+    rates = {site_of(r): float(r["value"][1]) for r in stack.suspects(demo, at=end, ref_id="B")}
+    assert rates.get(leak, 0.0) > 0, rates
+
+    # The leak-suspect alert's expression, as Prometheus loaded it, names the
+    # leak once its score reaches the alert's threshold (the alert itself
+    # waits for it to hold 10 minutes).
+    rules = [rule for group in stack.prom.api("rules")["groups"] for rule in group["rules"]]
     (alert,) = [r for r in rules if r["name"] == "HeapwatchLeakSuspect"]
-    short = alert["query"].replace("30m", f"{SHORT_WINDOW}s")
-    found = {(site_of(s), s["metric"]["instance"]) for s in prom.query(short)}
-    assert (leak, demo.instance) in found, found
+    found: list[tuple[tuple[str, str], str]] = []
+
+    def alert_names_the_leak() -> bool:
+        found[:] = [(site_of(s), s["metric"]["instance"]) for s in stack.prom.query(alert["query"])]
+        return (leak, demo.instance) in found
+
+    wait_for(alert_names_the_leak, 60, 1.0, what=lambda: f"{alert['query']}: {found}")
+
+    # The spike held 16 MiB for a moment: its share of a peak shows it.
+    spike = ("demo_service.py", str(spike_line()))
+    peaks = stack.peak_sites(demo, end)
+    assert peaks.get(spike, 0.0) >= SPIKE_BYTES // 2, peaks
 
 
 def test_rules_evaluate_on_real_series(stack: Stack) -> None:
@@ -313,6 +352,8 @@ def test_variables_list_the_job_and_instances(stack: Stack) -> None:
 
 def test_sample_mode_leak_is_a_suspect(stack: Stack) -> None:
     """Sample mode: the leaking line's estimate moves by samples, now and then
-    down (a sampled array of _ORDERS resized into an unsampled block)."""
-    rows = stack.wait_for_leak(stack.demos["sample"], 60)
-    assert site_of(rows[0]) == ("demo_service.py", str(leaking_line()))
+    down (a sampled array of _ORDERS resized into an unsampled block); the
+    agent's score weighs that noise."""
+    demo = stack.demos["sample"]
+    stack.wait_for_leak(demo, DEADLINE)
+    check_leak_and_peak_panels(stack, demo, stack.named_at)

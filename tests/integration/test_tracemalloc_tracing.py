@@ -232,6 +232,13 @@ def test_start_in_sample_mode_reads_back(stopped: None) -> None:
     )
 
 
+def test_sample_mode_keeps_the_stdlibs_default_of_one_frame(stopped: None) -> None:
+    # The agent's sample-mode default is deeper; the drop-in follows the
+    # stdlib's start(nframe=1), whatever the mode.
+    hw_tm.start(mode="sample")
+    assert hw_tm.get_traceback_limit() == 1
+
+
 def test_sample_mode_always_samples_blocks_far_above_the_interval(stopped: None) -> None:
     hw_tm.start(mode="sample", sample_interval=4096)
     block = bytes(4 * MIB)  # one block, sampled for sure

@@ -129,7 +129,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert DEFAULTS.enabled is True
     assert DEFAULTS.mode == "sample"
     assert DEFAULTS.sample_interval == 512 * 1024
-    assert DEFAULTS.nframe == 1
+    assert DEFAULTS.nframe is None  # the mode's: DEFAULT_NFRAME
+    assert DEFAULTS.effective_nframe == 64
     assert DEFAULTS.interval == 10.0
     assert DEFAULTS.top == 20
     assert DEFAULTS.exporters == ("prometheus",)
@@ -183,8 +184,8 @@ BAD_VALUES = [
     ("HEAPWATCH_MODE", "fast", "'sample'", "mode", "sample"),
     ("HEAPWATCH_SAMPLE_INTERVAL", "lots", "512KiB", "sample_interval", 512 * 1024),
     ("HEAPWATCH_SAMPLE_INTERVAL", "0", "from 1 to", "sample_interval", 512 * 1024),
-    ("HEAPWATCH_NFRAME", "0", "from 1 to 65535", "nframe", 1),
-    ("HEAPWATCH_NFRAME", "two", "from 1 to 65535", "nframe", 1),
+    ("HEAPWATCH_NFRAME", "0", "from 1 to 65535", "nframe", None),
+    ("HEAPWATCH_NFRAME", "two", "from 1 to 65535", "nframe", None),
     ("HEAPWATCH_INTERVAL", "soon", "10s, 500ms", "interval", 10.0),
     ("HEAPWATCH_INTERVAL", "0", "10s, 500ms", "interval", 10.0),
     ("HEAPWATCH_TOP", "-1", "from 0 to 1000", "top", 20),
@@ -301,6 +302,43 @@ def test_exact_mode_reports_no_sample_interval() -> None:
 def test_to_environ_round_trips() -> None:
     config = AgentConfig(mode="exact", interval=0.3, exporters=(), port=0, top=0)
     assert AgentConfig.from_env(to_environ(config)) == config
+
+
+@pytest.mark.parametrize(
+    ("env", "code", "expected"),
+    [
+        ({}, {}, 64),
+        ({"HEAPWATCH_MODE": "sample"}, {}, 64),
+        ({"HEAPWATCH_MODE": "exact"}, {}, 1),
+        ({}, {"mode": "exact"}, 1),
+        ({"HEAPWATCH_MODE": "sample", "HEAPWATCH_NFRAME": "1"}, {}, 1),
+        ({"HEAPWATCH_MODE": "exact", "HEAPWATCH_NFRAME": "25"}, {}, 25),
+        ({"HEAPWATCH_NFRAME": "5"}, {"mode": "exact"}, 5),
+        ({"HEAPWATCH_NFRAME": "5"}, {"nframe": 7}, 7),
+        ({"HEAPWATCH_NFRAME": "5"}, {"nframe": None}, 64),
+    ],
+)
+def test_the_default_nframe_depends_on_the_mode_and_an_explicit_one_wins(
+    env: dict[str, str], code: dict[str, Any], expected: int
+) -> None:
+    assert AgentConfig.from_env(env, **code).effective_nframe == expected
+
+
+def test_a_bad_nframe_falls_back_to_the_modes_default(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="heapwatch.config"):
+        config = AgentConfig.from_env({"HEAPWATCH_NFRAME": "deep", "HEAPWATCH_MODE": "exact"})
+    assert config.effective_nframe == 1
+    (record,) = caplog.records
+    assert "using the mode's default, exact 1, sample 64" in record.getMessage()
+
+
+@pytest.mark.parametrize("nframe", [None, 5])
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_to_environ_keeps_the_nframe_default_by_mode(mode: str, nframe: int | None) -> None:
+    config = AgentConfig(mode=mode, nframe=nframe)
+    env = to_environ(config)
+    assert ("HEAPWATCH_NFRAME" in env) == (nframe is not None)
+    assert AgentConfig.from_env(env) == config
 
 
 def test_nframe_is_bounded_by_the_cores_limit(caplog: pytest.LogCaptureFixture) -> None:

@@ -214,11 +214,33 @@ def test_the_thread_is_a_named_daemon_that_cycles_every_interval() -> None:
     try:
         (thread,) = [t for t in threading.enumerate() if t.name == "heapwatch-agent"]
         assert thread.daemon
-        assert source.started_with == (1, "sample", 512 * 1024)
+        assert source.started_with == (64, "sample", 512 * 1024)
         wait_for(lambda: agent.readings().cycles >= 3, 10, 0.01)
     finally:
         assert agent.stop()
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("settings", "nframe"),
+    [
+        ({"mode": "sample"}, 64),
+        ({"mode": "exact"}, 1),
+        ({"mode": "sample", "nframe": 3}, 3),
+        ({"mode": "exact", "nframe": 3}, 3),
+    ],
+)
+def test_tracing_starts_at_the_modes_default_nframe_unless_one_is_given(
+    settings: dict[str, Any], nframe: int
+) -> None:
+    source = ModelSource()
+    agent = make_agent(source, **settings)
+    assert agent.start()
+    try:
+        assert source.started_with is not None
+        assert source.started_with[:2] == (nframe, settings["mode"])
+    finally:
+        agent.stop()
 
 
 def test_stop_runs_one_last_cycle_and_is_idempotent() -> None:

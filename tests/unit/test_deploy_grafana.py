@@ -35,6 +35,9 @@ CATALOGUE = {
     "heapwatch_lineno_size_bytes",
     "heapwatch_lineno_blocks",
     "heapwatch_lineno_growth_bytes",
+    "heapwatch_lineno_peak_bytes",
+    "heapwatch_lineno_leak_score",
+    "heapwatch_lineno_leak_rate_bytes_per_second",
     "heapwatch_tracer_memory_bytes",
     "heapwatch_cycle_duration_seconds",
     "heapwatch_info",
@@ -209,12 +212,39 @@ def test_required_panels(dashboard: dict[str, Any]) -> None:
     assert (unseen, kinds[unseen]) == ("Memory heapwatch can't see", "timeseries")
     assert kinds[panel_with("topk(10", "heapwatch_lineno_size_bytes")] == "bargauge"
     assert kinds[panel_with("deriv(heapwatch_lineno_size_bytes")] == "bargauge"
-    leak = panel_with("min_over_time(heapwatch_lineno_growth_bytes")
-    assert kinds[leak] == "table"
+    leak = panel_with("heapwatch_lineno_leak_score", "heapwatch_lineno_leak_rate_bytes_per_second")
+    assert (leak, kinds[leak]) == ("Leak suspects", "table")
+    peak = panel_with("heapwatch_lineno_peak_bytes")
+    assert (peak, kinds[peak]) == ("What made the peak", "timeseries")
     panel_with("heapwatch_tracer_memory_bytes")
     panel_with("heapwatch_cycle_duration_seconds")
     assert kinds[panel_with("heapwatch_info")] == "stat"
     assert kinds[panel_with("heapwatch_sample_interval_bytes{")] == "stat"
+
+
+def test_leak_suspects_table_joins_score_and_rate(dashboard: dict[str, Any]) -> None:
+    """The two queries' rows merge into one row per site of a process: the
+    same labels on both sides, and no metric name (it would differ)."""
+    (panel,) = [p for p in panels(dashboard) if p["title"] == "Leak suspects"]
+    by_ref = {t["refId"]: t["expr"] for t in panel["targets"]}
+    assert "heapwatch_lineno_leak_score" in by_ref["A"]
+    assert "heapwatch_lineno_leak_rate_bytes_per_second" in by_ref["B"]
+    for expr in by_ref.values():
+        assert expr.startswith("max by (job, instance, code_file_path, code_line_number) ("), expr
+    assert [t["format"] for t in panel["targets"]] == ["table", "table"]
+    transformations = [t["id"] for t in panel["transformations"]]
+    assert transformations == ["merge", "organize"]
+    renamed = panel["transformations"][1]["options"]["renameByName"]
+    assert (renamed["Value #A"], renamed["Value #B"]) == ("score", "rate (B/s)")
+
+
+def test_peak_panel_stacks_the_sites(dashboard: dict[str, Any]) -> None:
+    (panel,) = [p for p in panels(dashboard) if p["title"] == "What made the peak"]
+    assert panel["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    (target,) = panel["targets"]
+    # The sites are chosen over the whole range, not at its end only.
+    assert "max_over_time(heapwatch_lineno_peak_bytes" in target["expr"]
+    assert "[$__range] @ end()" in target["expr"]
 
 
 def test_sites_panels_leave_out_the_other_bucket(dashboard: dict[str, Any]) -> None:

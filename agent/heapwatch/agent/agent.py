@@ -255,7 +255,7 @@ class Agent:
             config = self.config
             try:
                 self._owns_tracing = self._source.start(
-                    config.nframe, config.mode, config.sample_interval
+                    config.effective_nframe, config.mode, config.sample_interval
                 )
                 mode, sample_interval = self._source.configuration()
             except Exception as exc:

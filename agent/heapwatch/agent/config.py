@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULTS",
+    "DEFAULT_NFRAME",
     "EXPORTER_NAMES",
     "AgentConfig",
     "ConfigError",
@@ -45,6 +46,12 @@ MAX_INTERVAL = 86400.0
 MIN_LEAK_WINDOW = 10.0
 MAX_LEAK_WINDOW = 86400.0
 MAX_TOP = 1000
+# Frames kept per traceback unless HEAPWATCH_NFRAME says, by mode.  Exact mode
+# walks the stack at every allocation, so it keeps one frame (the line, as
+# the stdlib's default); sample mode walks it only for the sampled ones (one
+# per 512 KiB by default), so it can afford the callers, as ddtrace does (64).
+# Cost: docs/design/agent.md ("Configuration").
+DEFAULT_NFRAME = {"exact": 1, "sample": 64}
 MAX_PORT_RANGE = 1024
 MAX_DUMP_KEEP = 100_000
 MAX_DUMP_BYTES = 1 << 50  # 1 PiB: "no real limit" without overflowing anything
@@ -267,6 +274,8 @@ class _Field(NamedTuple):
     # What a bad environment value falls back to: the default, unless said.
     fallback: Any = _DEFAULT
     secret: bool = False  # never logged nor put in an error message
+    # What None means, in the warning that falls back to it.
+    none_means: str = "none"
 
 
 # One row per setting: the parameter ``name`` is read from HEAPWATCH_<NAME>.
@@ -275,7 +284,12 @@ _FIELDS = (
     _Field("enabled", parse_bool, fallback=False),
     _Field("mode", _parse_mode),
     _Field("sample_interval", parse_size),
-    _Field("nframe", _parse_int(1, _max_nframe, "frames kept per traceback")),
+    _Field(
+        "nframe",
+        _parse_int(1, _max_nframe, "frames kept per traceback"),
+        none_means="the mode's default, "
+        + ", ".join(f"{mode} {depth}" for mode, depth in DEFAULT_NFRAME.items()),
+    ),
     _Field("interval", parse_duration),
     _Field("top", _parse_int(0, MAX_TOP, "sites with their own series")),
     _Field("leak_window", _parse_leak_window),
@@ -290,8 +304,9 @@ _FIELDS = (
     _Field("dump_keep", _parse_int(0, MAX_DUMP_KEEP, "dumps kept, 0 for no limit")),
     _Field("dump_max_bytes", _parse_byte_limit),
 )
-# Settings that None switches off (from code; "none" or unset in the environment).
-_OPTIONAL = frozenset({"token", "dump_signal", "dump_dir"})
+# Settings that take None from code: off ("none" or unset in the environment),
+# or for nframe the mode's default (unset in the environment).
+_OPTIONAL = frozenset({"nframe", "token", "dump_signal", "dump_dir"})
 _FIELDS_BY_NAME = {field.name: field for field in _FIELDS}
 # Settings in seconds: a number from code is read as seconds.
 _DURATIONS = frozenset({"interval", "leak_window"})
@@ -305,7 +320,9 @@ class AgentConfig(NamedTuple):
         mode: HEAPWATCH_MODE: ``"sample"`` (estimates, default) or ``"exact"``.
         sample_interval: HEAPWATCH_SAMPLE_INTERVAL, bytes between samples on
             average (sample mode; accepts ``512KiB``).
-        nframe: HEAPWATCH_NFRAME, frames kept per traceback.
+        nframe: HEAPWATCH_NFRAME, frames kept per traceback; None (the
+            default) takes the mode's, ``DEFAULT_NFRAME[mode]``: see
+            ``effective_nframe``.
         interval: HEAPWATCH_INTERVAL, seconds between cycles.
         top: HEAPWATCH_TOP, allocation sites with their own series; the
             others are summed into the ``<other>`` site.
@@ -332,7 +349,7 @@ class AgentConfig(NamedTuple):
     enabled: bool = True
     mode: str = "sample"
     sample_interval: int = 512 * 1024
-    nframe: int = 1
+    nframe: int | None = None
     interval: float = 10.0
     top: int = 20
     leak_window: float = 1800.0
@@ -368,7 +385,12 @@ class AgentConfig(NamedTuple):
             if fallback is _DEFAULT:
                 fallback = cls._field_defaults[field.name]
             values[field.name] = env_value(
-                variable, text, field.parse, fallback, secret=field.secret
+                variable,
+                text,
+                field.parse,
+                fallback,
+                secret=field.secret,
+                shown=field.none_means if fallback is None else None,
             )
         config = cls(**values)
         return config.replace(**overrides) if overrides else config
@@ -377,6 +399,11 @@ class AgentConfig(NamedTuple):
         """A copy with ``changes`` checked as values given in code."""
         checked = {name: _check(name, value) for name, value in changes.items()}
         return self._replace(**checked)  # type: ignore[arg-type]
+
+    @property
+    def effective_nframe(self) -> int:
+        """Frames kept per traceback: ``nframe``, or the mode's default."""
+        return DEFAULT_NFRAME[self.mode] if self.nframe is None else self.nframe
 
     @property
     def reported_sample_interval(self) -> int:
@@ -419,10 +446,17 @@ def _check(name: str, value: object) -> object:
 
 
 def env_value(
-    variable: str, text: str, parse: Callable[[str], T], default: T, *, secret: bool = False
+    variable: str,
+    text: str,
+    parse: Callable[[str], T],
+    default: T,
+    *,
+    secret: bool = False,
+    shown: str | None = None,
 ) -> T:
     """``parse(text)``, or ``default`` after a warning naming the variable,
-    the value (unless ``secret``) and what is accepted."""
+    the value (unless ``secret``), what is accepted and the default
+    (``shown`` if given)."""
     try:
         return parse(text)
     except ValueError as exc:
@@ -433,7 +467,7 @@ def env_value(
             variable,
             f"<{len(text)} characters, redacted>" if secret else repr(text),
             exc,
-            _show(default),
+            _show(default) if shown is None else shown,
         )
         return default
 

@@ -10,7 +10,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from heapwatch.agent.config import AgentConfig, ConfigError, to_environ
+from heapwatch.agent.config import DEFAULT_NFRAME, AgentConfig, ConfigError, to_environ
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -35,7 +35,12 @@ def _setting(name: str) -> Callable[[str], str]:
 _RUN_OPTIONS = (
     ("mode", "sample (estimates, the default) or exact"),
     ("sample_interval", "mean bytes between samples, such as 512KiB (sample mode)"),
-    ("nframe", "frames kept per traceback (default 1)"),
+    (
+        "nframe",
+        "frames kept per traceback (default: "
+        + ", ".join(f"{depth} in {mode} mode" for mode, depth in DEFAULT_NFRAME.items())
+        + ")",
+    ),
     ("interval", "seconds between cycles, such as 10 or 500ms (default 10s)"),
     ("top", "allocation sites with their own series (default 20)"),
     ("exporters", "prometheus, otlp, both (comma-separated) or none (default prometheus)"),
