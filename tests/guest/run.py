@@ -398,7 +398,9 @@ def check_files(
         again_tasks = sorted(
             {(r.name, w) for r, w, _ in suspects} | {(r.name, "untraced") for r, _, _ in suspects}
         )
-        again = _schedule(python, jobs, stall, limit, again_tasks)
+        # At most two at a time: a confirmation wants a machine less busy
+        # than the first pass had it, or timing tests confirm the load.
+        again = _schedule(python, min(jobs, 2), stall, limit, again_tasks)
         for result, way, added in suspects:
             confirmed, _ = _added(
                 result.name, again[result.name, "untraced"], again[result.name, way]
@@ -456,11 +458,6 @@ def table(results: Iterable[FileResult], ways: Sequence[str], python: str) -> st
     totals = " | ".join(f"{sum(r.runs[w].seconds for r in rows if w in r.runs):.0f}s" for w in ways)
     lines.append(f"| **{len(rows)} files** | | {totals} |")
     for result in rows:
-        for way, what in sorted(result.regressions.items()):
-            lines.append(f"\nREGRESSION {result.name} ({way}): {what}")
-            lines.append("```\n" + result.runs[way].tail[-1500:] + "\n```")
-        for way, what in sorted(result.flaky.items()):
-            lines.append(f"\nflaky once, not again: {result.name} ({way}): {what}")
         for way, known in sorted(result.known.items()):
             for test in known:
                 why = KNOWN_DIFFERENCES[result.name][test].why
@@ -468,6 +465,13 @@ def table(results: Iterable[FileResult], ways: Sequence[str], python: str) -> st
     for result in rows:
         for test, why in NOT_RUN.get(result.name, {}).items():
             lines.append(f"\nnot run: {result.name} {test}: {why}")
+    # Last, where a log cut short (CI keeps the end) still shows them.
+    for result in rows:
+        for way, what in sorted(result.flaky.items()):
+            lines.append(f"\nflaky once, not again: {result.name} ({way}): {what}")
+        for way, what in sorted(result.regressions.items()):
+            lines.append(f"\nREGRESSION {result.name} ({way}): {what}")
+            lines.append("```\n" + result.runs[way].tail[-1500:] + "\n```")
     return "\n".join(lines) + "\n"
 
 
