@@ -16,6 +16,7 @@ import random
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 import heapwatch
@@ -162,6 +163,9 @@ def tracer_checks() -> dict[str, Any]:
 
 
 def main() -> None:
+    # 3.12+ warns at every fork of a process with threads: this service's own
+    # eight allocators make it one, heapwatch or not, and it forks on purpose.
+    warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
     agent = heapwatch.get_agent()
     if agent is None or agent.metrics_url is None:
         print("NOAGENT", flush=True)
