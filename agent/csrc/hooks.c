@@ -255,7 +255,7 @@ hw_hooks_track(unsigned int domain, uintptr_t ptr, size_t size)
     uint32_t fast = hook_enter(tls);
     /* Sampled from the thread's RAW countdown: the caller may not hold the
      * GIL, and a reported block is sampled like any block. */
-    if (wants_record(state, tls, size, 0)) {
+    if (wants_record(state, tls, size, 0) && !tls->own) {
         record_block_in(domain, (void *)ptr, size, 0);
     }
     hook_leave(tls, fast);
@@ -283,6 +283,14 @@ hw_hooks_untrack(unsigned int domain, uintptr_t ptr)
     }
 }
 
+int
+hw_hooks_set_thread_traced(int traced)
+{
+    int was_traced = !hw_tls.own;
+    hw_tls.own = !traced;
+    return was_traced;
+}
+
 /* Out of line, so that the fast paths of the hooks save no registers;
  * flattened, so that the traced path is one function with every helper
  * inlined but the rare ones (HW_COLD). */
@@ -293,6 +301,7 @@ alloc_maybe_record(const PyMemAllocatorEx *a, hw_tls_t *tls, int zeroed, size_t 
     uint32_t fast = hook_enter(tls);
     void *ptr;
     size_t size = nelem * elsize;
+    record = record && !tls->own;
     if (record && gil_domain && raw_backed(size)) {
         ptr = zeroed ? a->calloc(a->ctx, 1, HW_RAW_BACKED_SIZE)
                      : a->malloc(a->ctx, HW_RAW_BACKED_SIZE);
@@ -479,7 +488,7 @@ hook_realloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, void
     }
     uint32_t fast = hook_enter(tls);
     int was_traced = ptr != NULL && maybe_traced(state, ptr);
-    int record = wants_record(state, tls, size, gil_domain);
+    int record = wants_record(state, tls, size, gil_domain) && !tls->own;
     void *ptr2;
     if (!was_traced && !record) {
         ptr2 = a->realloc(a->ctx, ptr, size);

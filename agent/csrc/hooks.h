@@ -45,5 +45,10 @@ int hw_hooks_init_once(void);
  * (sampled like any block in sample mode), or forgotten.  Never raise. */
 void hw_hooks_track(unsigned int domain, uintptr_t ptr, size_t size);
 void hw_hooks_untrack(unsigned int domain, uintptr_t ptr);
+/* Whether the blocks the calling thread allocates from now on are recorded
+ * (1, every thread's default) or not (0: one of heapwatch's own threads);
+ * returns the previous setting.  Frees, and the sampling decisions, are
+ * unchanged (see hw_tls_t.own). */
+int hw_hooks_set_thread_traced(int traced);
 
 #endif

@@ -614,6 +614,17 @@ core_get_epoch(PyObject *module, PyObject *unused)
 }
 
 static PyObject *
+core_set_thread_traced(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int traced = PyObject_IsTrue(arg);
+    if (traced < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(hw_hooks_set_thread_traced(traced));
+}
+
+static PyObject *
 core_get_traceback_limit(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -966,6 +977,10 @@ static PyMethodDef core_methods[] = {
      "set_epoch(epoch): traces recorded from now on are of this epoch (the agent's cycle); "
      "an age is a number of epochs"},
     {"get_epoch", core_get_epoch, METH_NOARGS, NULL},
+    {"set_thread_traced", core_set_thread_traced, METH_O,
+     "set_thread_traced(traced) -> bool: whether the blocks this thread allocates from now on "
+     "are recorded (False for heapwatch's own threads; frees are always seen); returns the "
+     "previous setting."},
     {"get_traceback_limit", core_get_traceback_limit, METH_NOARGS, NULL},
     {"get_traced_memory", core_get_traced_memory, METH_NOARGS, "-> (current, peak)"},
     {"get_tracemalloc_memory", core_get_tracemalloc_memory, METH_NOARGS,

@@ -25,6 +25,12 @@
 typedef struct {
     uint32_t fast;     /* hw_sample_gate when the fast path is open to this thread, else 0 */
     int reentrant;     /* inside one of our hooks: nested calls pass through */
+    /* One of heapwatch's own threads (set_thread_traced(False)): the blocks it
+     * allocates are not recorded, so heapwatch's work is never shown as the
+     * service's memory; its frees are still seen (a traced block it frees
+     * leaves no stale trace), and its sampling decisions are still drawn (the
+     * service's blocks keep their probability). */
+    int own;
     int64_t countdown; /* bytes to the next sample point */
     uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
     uint64_t rng;      /* xorshift64* state */

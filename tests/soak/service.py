@@ -16,15 +16,20 @@ import random
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 import heapwatch
+import heapwatch_exporters
 from heapwatch import _core
 
 ALLOCATORS = 8
 POOL = 1000  # objects each allocator keeps: some 10,000 live traces in all
 FORK_EVERY = 1.0  # seconds
 CHILD_LIFE = 0.3  # seconds a forked worker lives (long enough for its agent to cycle)
+PACKAGES = tuple(
+    os.path.dirname(module.__file__ or "") + os.sep for module in (heapwatch, heapwatch_exporters)
+)
 
 
 class Counters:
@@ -117,13 +122,28 @@ def fork_repeatedly(stop: threading.Event, counters: Counters) -> None:
             return  # a child: its last thread ends here
 
 
+def heapwatch_sites(snap: _core.Snapshot) -> list[tuple[str, int, int]]:
+    """(file:line, bytes, blocks) of the live sites in heapwatch's own
+    modules (heapwatch's and its exporters' packages), largest first."""
+    sites = snap.group("lineno").statistics()
+    owned = [
+        (f"{frames[0][0]}:{frames[0][1]}", size, count)
+        for frames, size, count in sites
+        if frames[0][0].startswith(PACKAGES)
+    ]
+    return sorted(owned, key=lambda site: site[1], reverse=True)
+
+
 def tracer_checks() -> dict[str, Any]:
     snap = _core.take_snapshot(traces=True)
     config = _core.get_config()
     stats = _core.get_stats()
     top = snap.group("lineno").statistics(5)
+    owned = heapwatch_sites(snap)
     checks: dict[str, Any] = {
         "top": [f"{frames[0][0]}:{frames[0][1]} {size} B in {n}" for frames, size, n in top],
+        "heapwatch_bytes": sum(size for _site, size, _count in owned),
+        "heapwatch_top": [f"{site} {size} B in {count}" for site, size, count in owned[:5]],
         "mode": config["mode"],
         "traced": snap.traced,
         "ntraces": snap.ntraces,
@@ -143,6 +163,9 @@ def tracer_checks() -> dict[str, Any]:
 
 
 def main() -> None:
+    # 3.12+ warns at every fork of a process with threads: this service's own
+    # eight allocators make it one, heapwatch or not, and it forks on purpose.
+    warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
     agent = heapwatch.get_agent()
     if agent is None or agent.metrics_url is None:
         print("NOAGENT", flush=True)

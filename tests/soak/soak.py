@@ -15,7 +15,9 @@ exits 0, every forked worker ended on its own), the sum of the traces equals
 the traced total and the core's invariants hold, dropped traces are
 published as the core counts them, the tracer's own memory stayed flat, and
 the service's stderr holds only heapwatch's one-line reports, each distinct
-problem at most once per minute.  Prints the figures; exit status 1 if a
+problem at most once per minute, and heapwatch's own memory is not the
+service's: the sites of heapwatch's modules hold almost nothing at the end,
+and the tracer's memory ends near where it started.  Prints the figures; exit status 1 if a
 check failed.
 
 Usage: python tests/soak/soak.py [--seconds 300] [--mode exact|sample]
@@ -60,6 +62,14 @@ ROUTES = (
     ("/debug/heapwatch/snapshot", 1),
 )
 DUMP_FS_BYTES = 640 << 10  # a dump or so: the directory fills up
+# heapwatch's own memory is not the service's: at the end, the live sites in
+# heapwatch's modules (what the service's threads allocated through
+# heapwatch's code: the agent's start, the fork hooks) hold at most this.
+# A dump in progress traced as the service's held 33 MB there.
+OWNED_BYTES_MAX = 256 << 10
+# The tracer's memory at the end, after the threads stopped, against its
+# first scrape: at most this factor (a dump's objects traced made it 4.3).
+TRACER_GROWTH_MAX = 1.5
 _METRIC = re.compile(r"^(heapwatch_[a-z_]+)(?:\{[^}]*\})? (\S+)$", re.MULTILINE)
 
 
@@ -253,6 +263,7 @@ def _check(figures: Figures) -> list[str]:
     if not figures.dumps:
         problems.append("no dump was written")
     problems.extend(_flat(figures.tracer_memory))
+    problems.extend(_heapwatch_memory(result, figures.tracer_memory))
     problems.extend(_one_line_each(figures.stderr, figures.seconds))
     for index, stderr in enumerate(figures.child_stderr):
         problems.extend(f"worker {index}: {p}" for p in _one_line_each(stderr, 1.0))
@@ -275,6 +286,26 @@ def _flat(samples: list[tuple[float, float]]) -> list[str]:
     if after > before * 1.10:
         return [f"the tracer's memory grew from {before:.0f} to {after:.0f} bytes (lowest)"]
     return []
+
+
+def _heapwatch_memory(result: dict[str, Any], samples: list[tuple[float, float]]) -> list[str]:
+    """heapwatch's own memory at the end: none of it shown as the
+    service's, and the tracer's own back near where it started."""
+    problems: list[str] = []
+    owned = result["heapwatch_bytes"]
+    if owned > OWNED_BYTES_MAX:
+        problems.append(
+            f"heapwatch's own sites hold {owned} bytes of the service's memory at the end "
+            f"(at most {OWNED_BYTES_MAX}): {result['heapwatch_top']}"
+        )
+    if samples:
+        start, end = samples[0][1], result["tracer_memory"]
+        if end > start * TRACER_GROWTH_MAX:
+            problems.append(
+                f"the tracer's memory went from {start:.0f} bytes at the first scrape to {end} "
+                f"at the end (at most {TRACER_GROWTH_MAX} times)"
+            )
+    return problems
 
 
 def _shape(line: str) -> str:
@@ -400,6 +431,8 @@ def report(figures: Figures) -> str:
         f"traced: {result.get('traced')} bytes in {result.get('ntraces')} traces, sum of the "
         f"traces {result.get('sum_of_traces')}, invariants {result.get('invariants')}",
         f"live at the end (after the threads stopped): {result.get('top')}",
+        f"heapwatch-owned live bytes at the end: {result.get('heapwatch_bytes')} "
+        f"(largest sites: {result.get('heapwatch_top')})",
         f"dropped traces: {result.get('dropped')} (published "
         f"{figures.last_metrics.get('heapwatch_dropped_traces_total')})",
     ]
@@ -407,7 +440,8 @@ def report(figures: Figures) -> str:
         lines.append(
             f"tracer memory: {memory[0][1] / 2**20:.2f} MiB at {memory[0][0]:.0f}s, "
             f"{max(v for _, v in memory) / 2**20:.2f} MiB at most, "
-            f"{memory[-1][1] / 2**20:.2f} MiB at {memory[-1][0]:.0f}s"
+            f"{memory[-1][1] / 2**20:.2f} MiB at {memory[-1][0]:.0f}s, "
+            f"{result.get('tracer_memory', 0) / 2**20:.2f} MiB at the end"
         )
     distinct = sorted({_shape(line) for line in figures.stderr.splitlines()})
     lines.append(f"stderr: {len(figures.stderr.splitlines())} lines, {len(distinct)} distinct:")

@@ -54,6 +54,7 @@ from heapwatch.agent.source import CoreSource, SnapshotSource
 from heapwatch.agent.threads import (
     call_in_forked_child,
     outlive_nobody,
+    own_work,
     signals_blocked,
     start_thread,
 )
@@ -299,8 +300,10 @@ class Agent:
         return self._stop(timeout, at_exit=False)
 
     def run_cycle(self) -> CycleResult:
-        """Runs one cycle now and publishes its result; raises what failed."""
-        with self._cycle_lock:
+        """Runs one cycle now and publishes its result; raises what failed.
+        What the cycle allocates is heapwatch's, untraced, whichever thread
+        runs it."""
+        with self._cycle_lock, own_work():
             result = self._cycle()
         with self._lock:
             self._cycles += 1

@@ -11,6 +11,14 @@ exporters' own).  The synchronous ones (faults raised by the thread itself)
 stay deliverable, so that a crash in our thread is reported as one, by
 faulthandler too.  SIGPIPE is blocked: a client that closes its connection
 gives EPIPE, never a signal, whatever the service did with SIGPIPE.
+
+What those threads allocate is heapwatch's own memory, not the service's:
+the core does not record it (``_core.set_thread_traced``), and ``own_work``
+does the same for heapwatch's work run from a thread of the service (a
+cycle asked for through the API).  A dump's snapshot turned into tuples
+(tens of MB for a service with ten thousand tracebacks), the leak tracker's
+history, a /top report: none is shown as the service's memory, nor costs
+the tracer a trace.  What they free of the service's is untracked as ever.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ __all__ = [
     "call_in_forked_child",
     "is_ours",
     "outlive_nobody",
+    "own_work",
     "signals_blocked",
     "start_thread",
 ]
@@ -70,7 +79,26 @@ class _Thread(threading.Thread):
         # started from a thread that unblocked something again.
         if ASYNCHRONOUS_SIGNALS:
             signal.pthread_sigmask(signal.SIG_BLOCK, ASYNCHRONOUS_SIGNALS)
+        _set_thread_traced(False)
         super().run()
+
+
+def _set_thread_traced(traced: bool) -> bool:
+    # The C core when used, as CoreSource imports it (see config's bounds).
+    from heapwatch import _core  # noqa: PLC0415
+
+    return _core.set_thread_traced(traced)
+
+
+@contextlib.contextmanager
+def own_work() -> Iterator[None]:
+    """Runs the block as heapwatch's own work: the blocks the calling thread
+    allocates meanwhile are not traced (its frees still are untracked)."""
+    previous = _set_thread_traced(False)
+    try:
+        yield
+    finally:
+        _set_thread_traced(previous)
 
 
 def start_thread(
