@@ -217,11 +217,19 @@ hook_leave(hw_tls_t *tls, uint32_t fast)
 }
 
 /* Flattened as the allocation path is: capture and interning inlined. */
-__attribute__((flatten)) void
+__attribute__((flatten)) static size_t forget_block(void *ptr, int gil_domain);
+
+void
 hw_hooks_restamp(void *block)
 {
     uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
     hw_tls_t *tls = &hw_tls;
+    if (tls->own) {
+        /* Taken back by one of heapwatch's own threads: heapwatch's object
+         * now, as if that thread had allocated it, not the service's. */
+        (void)forget_block(block, 1);
+        return;
+    }
     uint32_t fast = hook_enter(tls); /* a capture may allocate the thread's state */
     hw_capture_t cap;
     if (capture_caller(&cap, 1) < 0) {

@@ -134,3 +134,27 @@ def test_the_stdlib_tracer_started_over_ours_works_and_ours_comes_back(
         assert _line_of(core, obj) == line
     core.stop()
     assert not core._reftracer_on_top()
+
+
+@needs_reftracer
+def test_an_object_heapwatch_reuses_from_a_free_list_leaves_the_services_memory(
+    core: ModuleType,
+) -> None:
+    # Given a list made by the service (traced) and destroyed: its block
+    # waits in the free list with the service's trace
+    core.start(1)
+    gc.collect()
+    obj: list[int] | None = []
+    assert _line_of(core, obj) is not None
+    obj = None
+    # When one of heapwatch's own threads (here, this one, marked so) takes
+    # the block back for an object of its own
+    core.set_thread_traced(False)
+    try:
+        mine: list[int] = []
+    finally:
+        core.set_thread_traced(True)
+    # Then the block is heapwatch's: neither the service's old line nor
+    # heapwatch's new one shows it
+    assert _line_of(core, mine) is None
+    core._check_invariants()
