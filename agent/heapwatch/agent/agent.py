@@ -423,6 +423,7 @@ class Agent:
             untraced=untraced(memory.resident, traced, tracer_memory),
             native_in_use=memory.native_in_use,
             native_retained=memory.native_retained,
+            epoch=snapshot.epoch,
         )
 
     def _watchable(self, groups: Any) -> list[tuple[Any, int, int, Sequence[int]]]:

@@ -31,6 +31,7 @@ __all__ = [
     "EXPORTER_NAMES",
     "AgentConfig",
     "ConfigError",
+    "parse_age",
     "parse_bool",
     "parse_duration",
     "parse_size",
@@ -44,6 +45,9 @@ MAX_INTERVAL = 86400.0
 # time; up to a day, as the agent keeps every observed site's series over it.
 MIN_LEAK_WINDOW = 10.0
 MAX_LEAK_WINDOW = 86400.0
+# The oldest age one may ask for (``heapwatch top --min-age``, ``min_age=``):
+# a year, far beyond any service's uptime between deploys.
+MAX_AGE = 365 * 86400.0
 MAX_TOP = 1000
 MAX_PORT_RANGE = 1024
 MAX_DUMP_KEEP = 100_000
@@ -159,6 +163,13 @@ def parse_duration(text: str) -> float:
         f"a duration from {MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s, such as 10, 10s, 500ms, 1m or 1h"
     )
     return _seconds_in(text, MIN_INTERVAL, MAX_INTERVAL, accepted)
+
+
+def parse_age(text: str) -> float:
+    """Seconds of age from ``0``, ``90s``, ``30m``, ``2h``: how old live
+    memory must be to be selected (not a setting of the agent)."""
+    accepted = "a duration from 0s to 8760h (365 days), such as 90s, 30m or 2h"
+    return _seconds_in(text, 0.0, MAX_AGE, accepted)
 
 
 def _parse_leak_window(text: str) -> float:

@@ -96,6 +96,9 @@ class CycleResult(NamedTuple):
     large blocks and native code's alike; None without glibc's mallinfo2."""
     native_retained: int | None = None
     """Bytes free in the C allocator's heap, retained rather than given back."""
+    epoch: int | None = None
+    """The epoch the cycle started: its snapshot's traces of age 0 were
+    recorded in it, from a moment before ``timestamp`` on."""
 
 
 class Readings(NamedTuple):

@@ -11,7 +11,8 @@ takes the service's dump lock without waiting: a second one answers 429 with
 and what it accepts); none of them names a file.
 
 ``GET /debug/heapwatch/snapshot``   every live trace, in heapwatch's dump format
-``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON)
+``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON);
+                                    ``min_age=30m``: only live memory that old
 ``GET /debug/heapwatch/diff``       top differences since the agent's last cycle
 ``GET /debug/pprof/heap``           live memory as a gzip pprof profile
 """
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qs
 
+from heapwatch.agent.config import parse_age
 from heapwatch.formats.dump import write_dump
 from heapwatch.formats.pprof import encode_heap_profile, heap_samples_from_tracebacks
 from heapwatch.formats.report import (
@@ -37,16 +39,21 @@ from heapwatch.formats.report import (
     Report,
     diff_report,
     format_text,
+    min_age_note,
     to_json,
     top_report,
 )
-from heapwatch.server.dumps import DumpService, dump_header, iter_traces
+from heapwatch.server.dumps import DumpService, age_clock, dump_header, iter_traces
+from heapwatch.tracemalloc.grouping import group_counted
+from heapwatch.tracemalloc.objects import Statistic
+from heapwatch.tracemalloc.raw import raw_statistics
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
     from heapwatch import _core
     from heapwatch.agent.interface import AgentView, Routes
+    from heapwatch.formats.dump import AgeClock
 
 __all__ = [
     "DIFF_PATH",
@@ -87,6 +94,8 @@ class ReportQuery(NamedTuple):
     limit: int
     cumulative: bool
     as_json: bool
+    min_age: float | None = None
+    """Seconds: only live memory at least that old (top only)."""
 
 
 def _shown(value: str) -> str:
@@ -118,10 +127,12 @@ def _flag(params: Mapping[str, str], name: str) -> bool:
     return value == "1"
 
 
-def parse_report_query(environ: WSGIEnvironment) -> ReportQuery:
+def parse_report_query(environ: WSGIEnvironment, *, ages: bool = False) -> ReportQuery:
     """key_type, limit, cumulative and the output format of a top or diff
-    request; raises BadParameter naming the parameter and what it accepts."""
-    params = _query(environ, ("key_type", "limit", "cumulative", "format"))
+    request, and with ``ages`` its min_age; raises BadParameter naming the
+    parameter and what it accepts."""
+    names = ("key_type", "limit", "cumulative", "format")
+    params = _query(environ, (*names, "min_age") if ages else names)
     key_type = params.get("key_type", "lineno")
     if key_type not in KEY_TYPES:
         raise BadParameter(
@@ -147,7 +158,14 @@ def parse_report_query(environ: WSGIEnvironment) -> ReportQuery:
         as_json = form == "json"
     else:
         raise BadParameter(f"format={_shown(form)} is invalid: format is text or json")
-    return ReportQuery(key_type, int(text), cumulative, as_json)
+    age = params.get("min_age")
+    min_age = None
+    if age is not None:
+        try:
+            min_age = parse_age(age)
+        except ValueError as exc:
+            raise BadParameter(f"min_age={_shown(age)} is invalid: min_age is {exc}") from None
+    return ReportQuery(key_type, int(text), cumulative, as_json, min_age)
 
 
 def _respond(
@@ -196,8 +214,13 @@ def _total(snap: _core.Snapshot, groups: _core.Groups, cumulative: bool) -> tupl
     return snap.group("filename").total if cumulative else groups.total
 
 
-def top_of(snap: _core.Snapshot, query: ReportQuery) -> Report:
-    """The top statistics of a core snapshot."""
+def top_of(
+    snap: _core.Snapshot, query: ReportQuery, agent: AgentView | None = None, at: float = 0.0
+) -> Report:
+    """The top statistics of a core snapshot; with ``query.min_age``, of its
+    traces (it was taken with them at ``at``) that old by the agent's epochs."""
+    if query.min_age is not None:
+        return _top_of_old(snap, query, query.min_age, age_clock(snap, at, agent), at)
     groups = snap.group(cast("_core.KeyType", query.key_type), query.cumulative)
     return top_report(
         groups.statistics(),
@@ -208,6 +231,37 @@ def top_of(snap: _core.Snapshot, query: ReportQuery) -> Report:
         mode=snap.mode,
         sample_interval=snap.sample_interval,
         meta=_meta(),
+    )
+
+
+def _top_of_old(
+    snap: _core.Snapshot, query: ReportQuery, min_age: float, clock: AgeClock, at: float
+) -> Report:
+    youngest = clock.youngest_age(min_age, at)
+    # Ages are per trace, not per traceback: grouped in Python, weighed as the core weighs.
+    old = (
+        (domain, size, frames, total)
+        for domain, size, frames, total, age in snap.traces(ages=True)
+        if youngest is not None and age >= youngest
+    )
+    grouped = group_counted(
+        old,
+        cast("_core.KeyType", query.key_type),
+        query.cumulative,
+        snap.mode,
+        snap.sample_interval,
+    )
+    stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
+    return top_report(
+        raw_statistics(stats),
+        grouped.total,
+        key_type=query.key_type,
+        cumulative=query.cumulative,
+        limit=query.limit,
+        mode=snap.mode,
+        sample_interval=snap.sample_interval,
+        notes=(min_age_note(min_age, clock, youngest),),
+        meta=_meta(min_age=min_age),
     )
 
 
@@ -302,7 +356,9 @@ class _Routes:
     def snapshot(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(_params: dict[str, str]) -> list[bytes]:
             snap = self._snapshot(traces=True)
-            header = dump_header(snap, trigger="http", clock=self.service.clock)
+            now = self.service.clock()
+            ages = age_clock(snap, now, self.service.agent)
+            header = dump_header(snap, trigger="http", clock=lambda: now, ages=ages)
             name = f"heapwatch-{header.pid}-{int(header.timestamp)}.hwdump"
             write = start_response(
                 "200 OK",
@@ -329,11 +385,15 @@ class _Routes:
 
     def top(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(query: ReportQuery) -> list[bytes]:
-            report = top_of(self._snapshot(traces=False), query)
+            snap = self._snapshot(traces=query.min_age is not None)
+            at = self.service.clock()
+            report = top_of(snap, query, self.service.agent, at)
             body, content_type = _render(report, query.as_json)
             return _respond(start_response, "200 OK", body, content_type)
 
-        return self._guarded(environ, start_response, lambda: parse_report_query(environ), build)
+        return self._guarded(
+            environ, start_response, lambda: parse_report_query(environ, ages=True), build
+        )
 
     def diff(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(query: ReportQuery) -> list[bytes]:

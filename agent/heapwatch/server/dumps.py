@@ -28,14 +28,14 @@ import threading
 import time
 import weakref
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
 
 from heapwatch._version import __version__
 from heapwatch.agent.problems import ProblemLog
 from heapwatch.agent.procmem import ProcessMemory, read_process_memory, untraced
 from heapwatch.agent.source import CoreSource
 from heapwatch.agent.threads import start_thread
-from heapwatch.formats.dump import process_header, write_dump
+from heapwatch.formats.dump import AgeClock, process_header, write_dump
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -43,12 +43,13 @@ if TYPE_CHECKING:
     from heapwatch import _core
     from heapwatch.agent.config import AgentConfig
     from heapwatch.agent.interface import AgentView
-    from heapwatch.formats.dump import DumpHeader, RawTrace
+    from heapwatch.formats.dump import AgedTrace, DumpHeader, RawTrace
 
 __all__ = [
     "DUMP_SUFFIX",
     "DumpService",
     "DumpSource",
+    "age_clock",
     "dump_dir_problem",
     "dump_header",
     "dump_name",
@@ -101,12 +102,15 @@ def dump_header(
     clock: Callable[[], float] = time.time,
     memory: Callable[[], ProcessMemory] = read_process_memory,
     tracer_memory: Callable[[], int] = _tracer_memory,
+    ages: AgeClock | None = None,
 ) -> DumpHeader:
     """The dump header of a snapshot of this process, taken now, with the
-    process's memory read now (``_memory_extra``)."""
+    process's memory read now (``_memory_extra``) and, when its traces are
+    written with their ages, what turns them into durations."""
     mode = snap.mode
     return process_header(
         clock=clock,
+        ages=ages,
         mode=mode,
         sample_interval=snap.sample_interval if mode == "sample" else 0,
         traceback_limit=snap.traceback_limit,
@@ -122,8 +126,11 @@ def dump_header(
     )
 
 
-def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Generator[RawTrace, None, None]:
-    """Every trace of ``snap`` (taken with traces), about ``batch`` at a time.
+def iter_traces(
+    snap: _core.Snapshot, batch: int = _TRACE_BATCH
+) -> Generator[AgedTrace, None, None]:
+    """Every trace of ``snap`` (taken with traces) with its age, as the
+    writer takes them (``(trace, age)``), about ``batch`` at a time.
 
     ``Snapshot.traces()`` builds one Python tuple per trace; asking for the
     tracebacks a mask selects, a few at a time, bounds the tuples alive to
@@ -136,7 +143,7 @@ def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Generator[Ra
     the snapshot and a batch of traces.
     """
     if snap.ntraces <= batch:
-        yield from snap.traces()
+        yield from _paired(snap.traces(ages=True))
         return
     rows = snap.tracebacks()
     exact = snap.mode == "exact"
@@ -149,13 +156,36 @@ def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Generator[Ra
         selected.append(index)
         planned += count if exact else size // interval + 1
         if planned >= batch:
-            yield from snap.traces(bytes(mask))
+            yield from _paired(snap.traces(bytes(mask), ages=True))
             for chosen in selected:
                 mask[chosen] = 0
             selected.clear()
             planned = 0
     if selected:
-        yield from snap.traces(bytes(mask))
+        yield from _paired(snap.traces(bytes(mask), ages=True))
+
+
+def _paired(traces: list[_core.RawAgedTrace]) -> Iterator[AgedTrace]:
+    for domain, size, frames, total_nframe, age in traces:
+        yield (domain, size, frames, total_nframe), age
+
+
+def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeClock:
+    """What turns the ages of ``snap`` (taken at ``at``) into durations.
+
+    Its epoch began no later than the agent's cycle that started it
+    published its result, and in any case before ``at``; each earlier epoch
+    lasted at least the agent's interval (a cycle starts one, then the agent
+    waits that long), or an unknown time without an agent.
+    """
+    started = at
+    interval = 0.0
+    if agent is not None:
+        interval = agent.config.interval
+        result = agent.readings().result
+        if result is not None and result.epoch == snap.epoch:
+            started = min(at, result.timestamp)
+    return AgeClock(snap.epoch, started, interval)
 
 
 def dump_name(timestamp: float, pid: int, sequence: int) -> str:
@@ -167,7 +197,10 @@ def dump_name(timestamp: float, pid: int, sequence: int) -> str:
 
 
 def write_dump_file(
-    directory: str, name: str, header: DumpHeader, traces: Iterator[RawTrace]
+    directory: str,
+    name: str,
+    header: DumpHeader,
+    traces: Union[Iterator[RawTrace], Iterator[AgedTrace]],
 ) -> str:
     """Writes a dump as ``directory/name`` and returns its path.
 
@@ -515,7 +548,13 @@ class DumpService:
             ntraces = snap.ntraces
             traces = iter_traces(snap)
             try:
-                header = dump_header(snap, trigger=trigger, clock=self.clock)
+                now = self.clock()
+                header = dump_header(
+                    snap,
+                    trigger=trigger,
+                    clock=lambda: now,
+                    ages=age_clock(snap, now, self.agent),
+                )
                 self._sequence += 1
                 name = dump_name(header.timestamp, header.pid, self._sequence)
                 path = write_dump_file(directory, name, header, traces)
