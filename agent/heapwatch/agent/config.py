@@ -34,6 +34,7 @@ __all__ = [
     "parse_age",
     "parse_bool",
     "parse_duration",
+    "parse_leak_window",
     "parse_size",
 ]
 
@@ -172,7 +173,8 @@ def parse_age(text: str) -> float:
     return _seconds_in(text, 0.0, MAX_AGE, accepted)
 
 
-def _parse_leak_window(text: str) -> float:
+def parse_leak_window(text: str) -> float:
+    """Seconds of the leak score's window (``HEAPWATCH_LEAK_WINDOW``)."""
     accepted = (
         f"a duration from {MIN_LEAK_WINDOW:g}s to {MAX_LEAK_WINDOW:g}s (1 day), "
         "such as 30m, 2h or 10s"
@@ -289,7 +291,7 @@ _FIELDS = (
     _Field("nframe", _parse_int(1, _max_nframe, "frames kept per traceback")),
     _Field("interval", parse_duration),
     _Field("top", _parse_int(0, MAX_TOP, "sites with their own series")),
-    _Field("leak_window", _parse_leak_window),
+    _Field("leak_window", parse_leak_window),
     _Field("exporters", _parse_exporters),
     _Field("host", _parse_host),
     _Field("port", _parse_int(0, 65535, "the first port tried, 0 for any free port")),

@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Protocol
 from heapwatch.agent.procmem import NATIVE_HEAP_UNAVAILABLE
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from _typeshed.wsgi import WSGIApplication
 
     from heapwatch.agent.config import AgentConfig
+    from heapwatch.agent.leaks import LeakScore
 
 __all__ = [
     "OTHER_FILE",
@@ -159,6 +162,8 @@ class AgentView(Protocol):
 
     def readings(self) -> Readings: ...
     def last_snapshot(self) -> tuple[Any, float] | None: ...
+    def leak_scores(self) -> Mapping[tuple[str, int], LeakScore]:
+        """The last cycle's leak score of each site it watched."""
 
 
 class Component(Protocol):

@@ -14,6 +14,7 @@ and what it accepts); none of them names a file.
 ``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON);
                                     ``min_age=30m``: only live memory that old
 ``GET /debug/heapwatch/diff``       top differences since the agent's last cycle
+``GET /debug/heapwatch/leaks``      the agent's leak suspects, their memory and its ages
 ``GET /debug/pprof/heap``           live memory as a gzip pprof profile
 """
 
@@ -32,7 +33,15 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qs
 
 from heapwatch.agent.config import parse_age
+from heapwatch.agent.leaks import SUSPECT, ranked
 from heapwatch.formats.dump import write_dump
+from heapwatch.formats.leak_report import (
+    AgesRow,
+    LeakReport,
+    format_leaks_text,
+    leaks_to_json,
+    suspect_of,
+)
 from heapwatch.formats.pprof import encode_heap_profile, heap_samples_from_tracebacks
 from heapwatch.formats.report import (
     KEY_TYPES,
@@ -57,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIFF_PATH",
+    "LEAKS_PATH",
     "PPROF_PATH",
     "SNAPSHOT_PATH",
     "TOP_PATH",
@@ -64,6 +74,8 @@ __all__ = [
     "ReportQuery",
     "ServedDumpService",
     "add_routes",
+    "leaks_of",
+    "parse_leaks_query",
     "parse_report_query",
 ]
 
@@ -72,6 +84,7 @@ log = logging.getLogger("heapwatch.debug")
 SNAPSHOT_PATH = "/debug/heapwatch/snapshot"
 TOP_PATH = "/debug/heapwatch/top"
 DIFF_PATH = "/debug/heapwatch/diff"
+LEAKS_PATH = "/debug/heapwatch/leaks"
 PPROF_PATH = "/debug/pprof/heap"
 
 DEFAULT_LIMIT = 10
@@ -139,25 +152,13 @@ def parse_report_query(environ: WSGIEnvironment, *, ages: bool = False) -> Repor
             f"key_type={_shown(key_type)} is invalid: "
             "key_type is one of lineno, filename, traceback"
         )
-    text = params.get("limit", str(DEFAULT_LIMIT))
-    # At most 6 digits before int(): Python refuses to convert very long ones.
-    if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) > MAX_LIMIT:
-        raise BadParameter(
-            f"limit={_shown(text)} is invalid: limit is an integer from 0 to {MAX_LIMIT}"
-        )
+    limit = _limit(params)
     cumulative = _flag(params, "cumulative")
     if cumulative and key_type == "traceback":
         raise BadParameter(
             "cumulative=1 is invalid with key_type=traceback: cumulative needs lineno or filename"
         )
-    form = params.get("format")
-    if form is None:
-        accept = environ.get("HTTP_ACCEPT", "")
-        as_json = "application/json" in accept.lower()
-    elif form in ("text", "json"):
-        as_json = form == "json"
-    else:
-        raise BadParameter(f"format={_shown(form)} is invalid: format is text or json")
+    as_json = _as_json(params, environ)
     age = params.get("min_age")
     min_age = None
     if age is not None:
@@ -165,7 +166,33 @@ def parse_report_query(environ: WSGIEnvironment, *, ages: bool = False) -> Repor
             min_age = parse_age(age)
         except ValueError as exc:
             raise BadParameter(f"min_age={_shown(age)} is invalid: min_age is {exc}") from None
-    return ReportQuery(key_type, int(text), cumulative, as_json, min_age)
+    return ReportQuery(key_type, limit, cumulative, as_json, min_age)
+
+
+def _limit(params: Mapping[str, str]) -> int:
+    text = params.get("limit", str(DEFAULT_LIMIT))
+    # At most 6 digits before int(): Python refuses to convert very long ones.
+    if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) > MAX_LIMIT:
+        raise BadParameter(
+            f"limit={_shown(text)} is invalid: limit is an integer from 0 to {MAX_LIMIT}"
+        )
+    return int(text)
+
+
+def _as_json(params: Mapping[str, str], environ: WSGIEnvironment) -> bool:
+    form = params.get("format")
+    if form is None:
+        accept = environ.get("HTTP_ACCEPT", "")
+        return "application/json" in accept.lower()
+    if form not in ("text", "json"):
+        raise BadParameter(f"format={_shown(form)} is invalid: format is text or json")
+    return form == "json"
+
+
+def parse_leaks_query(environ: WSGIEnvironment) -> tuple[int, bool]:
+    """(limit, as_json) of a leaks request; raises BadParameter."""
+    params = _query(environ, ("limit", "format"))
+    return _limit(params), _as_json(params, environ)
 
 
 def _respond(
@@ -287,6 +314,40 @@ def diff_of(
     )
 
 
+def leaks_of(
+    agent: AgentView, snapshot: Callable[[], _core.Snapshot], limit: int, at: float
+) -> LeakReport:
+    """The agent's leak suspects (its last cycle's scores), their memory in
+    a snapshot taken with its traces (``snapshot()``, only when there are
+    suspects) at ``at``: how old it is and which tracebacks hold it."""
+    readings = agent.readings()
+    suspects = ranked(agent.leak_scores().items(), SUSPECT)[:limit]
+    rows: dict[tuple[str, int], list[AgesRow]] = {site: [] for site, _score in suspects}
+    mode, interval = readings.mode, readings.sample_interval
+    clock = None
+    if suspects:
+        snap = snapshot()
+        mode, interval = snap.mode, snap.sample_interval
+        clock = age_clock(snap, at, agent)
+        for row in snap.group("traceback", ages=True).ages():
+            frames = row[0]
+            site = (frames[0][0], frames[0][1]) if frames else ("<unknown>", 0)
+            if site in rows:
+                rows[site].append(row)
+    return LeakReport(
+        tuple(
+            suspect_of(site, (s.score, s.rate, s.series, s.span), rows[site], clock=clock, at=at)
+            for site, s in suspects
+        ),
+        agent.config.leak_window,
+        SUSPECT,
+        mode,
+        interval if mode == "sample" else 0,
+        notes=(f"the agent's last cycle; its epochs last at least {agent.config.interval:g}s",),
+        meta=_meta(),
+    )
+
+
 def _render(report: Report, as_json: bool) -> tuple[bytes, str]:
     if as_json:
         return (json.dumps(to_json(report)) + "\n").encode(), "application/json"
@@ -358,7 +419,13 @@ class _Routes:
             snap = self._snapshot(traces=True)
             now = self.service.clock()
             ages = age_clock(snap, now, self.service.agent)
-            header = dump_header(snap, trigger="http", clock=lambda: now, ages=ages)
+            header = dump_header(
+                snap,
+                trigger="http",
+                clock=lambda: now,
+                ages=ages,
+                leak_window=self.service.config.leak_window,
+            )
             name = f"heapwatch-{header.pid}-{int(header.timestamp)}.hwdump"
             write = start_response(
                 "200 OK",
@@ -438,6 +505,25 @@ class _Routes:
 
         return self._guarded(environ, start_response, parse, build)
 
+    def leaks(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        def build(query: tuple[int, bool]) -> list[bytes]:
+            limit, as_json = query
+            agent = self.service.agent
+            if agent is None:
+                return _error(
+                    start_response,
+                    "503 Service Unavailable",
+                    "no agent: the leak scores are its cycles'",
+                )
+            report = leaks_of(agent, lambda: self._snapshot(True), limit, self.service.clock())
+            if as_json:
+                body = (json.dumps(leaks_to_json(report)) + "\n").encode()
+                return _respond(start_response, "200 OK", body, "application/json")
+            body = format_leaks_text(report).encode("utf-8", "backslashreplace")
+            return _respond(start_response, "200 OK", body)
+
+        return self._guarded(environ, start_response, lambda: parse_leaks_query(environ), build)
+
 
 class _NotTracing(Exception):
     """The tracer is not tracing: nothing to dump (503)."""
@@ -461,6 +547,7 @@ def add_routes(router: Routes, service: DumpService) -> None:
         SNAPSHOT_PATH: routes.snapshot,
         TOP_PATH: routes.top,
         DIFF_PATH: routes.diff,
+        LEAKS_PATH: routes.leaks,
         PPROF_PATH: routes.pprof,
     }
     for path, app in apps.items():

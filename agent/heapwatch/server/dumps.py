@@ -103,6 +103,7 @@ def dump_header(
     memory: Callable[[], ProcessMemory] = read_process_memory,
     tracer_memory: Callable[[], int] = _tracer_memory,
     ages: AgeClock | None = None,
+    leak_window: float | None = None,
 ) -> DumpHeader:
     """The dump header of a snapshot of this process, taken now, with the
     process's memory read now (``_memory_extra``) and, when its traces are
@@ -122,6 +123,8 @@ def dump_header(
             "peak": str(snap.peak),
             "blocks": str(snap.blocks),
             **_memory_extra(snap.traced, tracer_memory(), memory()),
+            # The agent's, for ``heapwatch leaks`` to score as it did.
+            **({} if leak_window is None else {"leak_window": f"{leak_window!r}s"}),
         },
     )
 
@@ -554,6 +557,7 @@ class DumpService:
                     trigger=trigger,
                     clock=lambda: now,
                     ages=age_clock(snap, now, self.agent),
+                    leak_window=self.config.leak_window,
                 )
                 self._sequence += 1
                 name = dump_name(header.timestamp, header.pid, self._sequence)
