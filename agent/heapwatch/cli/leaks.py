@@ -8,8 +8,11 @@ dumps say what part of those series survived: at the start of epoch k, the
 traces of a later dump recorded before k were live, and those recorded
 before k - OLD_EPOCHS were old.  The series rebuilt so are lower bounds,
 exact for memory never freed (a leak); the dumps of one process give the
-tightest (the highest) of them.  Epochs are dated by the dumps' clocks:
-between two dumps linearly, before the first one at the agent's interval.
+tightest (the highest) of them.  Only the epochs from the first dump on are
+scored: before it, what survived cannot tell a leak from a cache that
+evicts its oldest entries (both leave memory of every age), while a later
+dump shows what was freed since an earlier one.  Epochs are dated by the
+dumps' clocks, between two dumps linearly.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from heapwatch.agent.config import DEFAULTS, parse_leak_window
 from heapwatch.agent.leaks import (
     FLOOR_BYTES,
     OLD_EPOCHS,
+    SPANS,
     SUSPECT,
     LeakTracker,
     Observation,
@@ -160,8 +164,8 @@ def _checked(dumps: list[_Dump]) -> list[_Dump]:
 
 
 class _Dates:
-    """When each epoch began: between two dumps' epochs linearly, before the
-    first dump's at the agent's interval."""
+    """When each epoch began: between two dumps' epochs linearly (before the
+    first dump's at the agent's interval, for a clock that went back)."""
 
     def __init__(self, dumps: list[_Dump]) -> None:
         self.epochs: list[int] = []
@@ -207,13 +211,24 @@ def _leaks(options: argparse.Namespace) -> int:
         f"{when({'timestamp': dumps[0].header.timestamp})} to "
         f"{when({'timestamp': last.header.timestamp})}; the epochs from the ages of what survived"
     ]
-    history = date(end) - date(0)
+    start = dumps[0].clock.epoch
+    history = date(end) - date(start)
     if window > history:
         notes.append(f"the window is the {history:.1f}s the dumps cover, not {window:g}s")
         window = history
     if not window > 0:
         raise InputError(f"{last.path}: the dumps cover no time (epoch {end}): nothing to score")
-    first = max(0, end - math.ceil(window / date.interval) - 1)
+    # Every span scored must hold a dump before the last: after it, only the
+    # last dump's survivors are known, and a cache that evicts its oldest
+    # entries would grow there like a leak.
+    gap = date(end) - date(dumps[-2].clock.epoch)
+    if gap > SPANS[0] * window:
+        raise InputError(
+            f"the last two dumps are {gap:.1f}s apart, more than {SPANS[0]:g} of the "
+            f"{window:g}s window: what was freed between them is not known; give dumps "
+            f"at most {SPANS[0] * window:.1f}s apart (or a longer --window)"
+        )
+    first = max(start, end - math.ceil(window / date.interval) - 1)
     sites = {
         site
         for dump in dumps
