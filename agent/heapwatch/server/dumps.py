@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import operator
 import os
 import re
 import signal
@@ -68,6 +69,7 @@ DUMP_SUFFIX = ".hwdump"
 _DUMP_NAME = re.compile(r"heapwatch-(\d{8}T\d{6}\.\d{6}Z)-(\d+)-(\d+)\.hwdump\Z")
 # Traces built into Python tuples at a time while a dump is written.
 _TRACE_BATCH = 1 << 16
+_AGE = operator.itemgetter(4)
 
 
 class DumpSource(Protocol):
@@ -133,7 +135,8 @@ def iter_traces(
     snap: _core.Snapshot, batch: int = _TRACE_BATCH
 ) -> Generator[AgedTrace, None, None]:
     """Every trace of ``snap`` (taken with traces) with its age, as the
-    writer takes them (``(trace, age)``), about ``batch`` at a time.
+    writer takes them (``(trace, age)``), about ``batch`` at a time, each
+    batch by age.
 
     ``Snapshot.traces()`` builds one Python tuple per trace; asking for the
     tracebacks a mask selects, a few at a time, bounds the tuples alive to
@@ -169,6 +172,9 @@ def iter_traces(
 
 
 def _paired(traces: list[_core.RawAgedTrace]) -> Iterator[AgedTrace]:
+    # By age: the writer adds a record each time the age changes, and the
+    # core's order (its hash table's) changes it at nearly every trace.
+    traces.sort(key=_AGE)
     for domain, size, frames, total_nframe, age in traces:
         yield (domain, size, frames, total_nframe), age
 
