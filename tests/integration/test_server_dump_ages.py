@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from heapwatch import _core
+from heapwatch import tracemalloc as hw_tm
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.cli import main
@@ -125,6 +126,10 @@ def test_the_agents_dump_carries_ages_and_the_clock_of_its_epochs(agent: Agent, 
     assert clock.interval == INTERVAL
     assert clock.started <= header.timestamp
     assert clock.min_seconds(min(ages[OLD]), header.timestamp) >= 11 * INTERVAL
+    # and the drop-in's Snapshot.load() reads it, ages left aside
+    loaded = hw_tm.Snapshot.load(path)
+    assert len(loaded.traces) == len(read_dump(path).traces)
+    assert (loaded.mode, loaded.sample_interval) == (header.mode, header.sample_interval)
 
 
 def top(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object], str]:
