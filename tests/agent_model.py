@@ -77,8 +77,10 @@ class ModelSnapshot:
         peak: int,
         peaks: Mapping[Key, int],
         histograms: Mapping[Key, tuple[int, ...]],
+        epoch: int = 0,
     ) -> None:
         self._groups = ModelGroups(sites, peaks, histograms)
+        self.epoch = epoch
         self.traced, self.blocks = self._groups.total
         self.peak = peak
 
@@ -170,12 +172,14 @@ class ModelSource:
         if self.fail is not None:
             raise self.fail
         self.snapshots += 1
-        snapshot = ModelSnapshot(self.sites, self.peak, self.peak_sites, self.histograms())
+        snapshot = ModelSnapshot(
+            self.sites, self.peak, self.peak_sites, self.histograms(), self.epoch
+        )
         self._mark_peak()
         return snapshot
 
     def snapshot(self, traces: bool) -> ModelSnapshot:
-        return ModelSnapshot(self.sites, self.peak, self.peak_sites, self.histograms())
+        return ModelSnapshot(self.sites, self.peak, self.peak_sites, self.histograms(), self.epoch)
 
     def next_epoch(self) -> None:
         self.epoch += 1

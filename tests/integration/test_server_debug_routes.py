@@ -33,6 +33,7 @@ ROUTES = (
     "/debug/heapwatch/snapshot",
     "/debug/heapwatch/top",
     "/debug/heapwatch/diff",
+    "/debug/heapwatch/leaks",
     "/debug/pprof/heap",
 )
 HERE = os.path.abspath(__file__)
@@ -415,9 +416,31 @@ def test_dump_traces_are_streamed_in_batches_of_tracebacks() -> None:
         snap = _core.take_snapshot(traces=True)
         # When the traces are read a small batch at a time
         batched = list(iter_traces(snap, batch=100))
-        # Then they are the same traces as all at once
-        assert sorted(batched) == sorted(snap.traces())
+        # Then they are the same traces, with their ages, as all at once
+        assert sorted(batched) == sorted(((*t[:4],), t[4]) for t in snap.traces(ages=True))
         assert len(batched) == snap.ntraces
         del blocks
     finally:
         _core.stop()
+
+
+def test_leaks_answers_the_agents_suspects_and_refuses_bad_parameters(
+    start_agent: Callable[..., Agent],
+) -> None:
+    agent = start_agent(leak_window="10m")
+    # With no suspect yet: none, over the agent's window
+    status, headers, body = get(url_of(agent, "/debug/heapwatch/leaks?format=json"), AUTH)
+    assert status == 200
+    assert headers["Content-Type"] == "application/json"
+    data = json.loads(body)
+    assert (data["kind"], data["suspects"], data["window"]) == ("leaks", [], 600.0)
+    status, _, body = get(url_of(agent, "/debug/heapwatch/leaks"), AUTH)
+    assert status == 200
+    assert b"Leak suspects (score >= 0.50 over a 600s window): 0\n" in body
+    for query, named in (
+        ("limit=x", b"limit='x' is invalid: limit is an integer from 0 to 10000"),
+        ("format=xml", b"format='xml' is invalid: format is text or json"),
+        ("key_type=lineno", b"unknown parameter 'key_type': this route takes limit, format"),
+    ):
+        status, _, body = get(url_of(agent, "/debug/heapwatch/leaks?" + query), AUTH)
+        assert (status, named in body) == (400, True), (query, body)

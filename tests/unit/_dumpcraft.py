@@ -19,6 +19,7 @@ TRACEBACK = 0x03
 TRACE = 0x04
 TRACE_DOMAIN = 0x05
 END = 0x7F
+AGE = 0x80
 
 U64_MAX = (1 << 64) - 1
 
@@ -51,11 +52,14 @@ def text(value: str) -> bytes:
     return varint(len(data)) + data
 
 
-def preamble(major: int = 1, minor: int = 0, compression: int = 0, reserved: int = 0) -> bytes:
+def preamble(major: int = 1, minor: int = 1, compression: int = 0, reserved: int = 0) -> bytes:
     return MAGIC + bytes([major, minor, compression, reserved])
 
 
-def header_payload(header: DumpHeader = HDR, mode_index: int | None = None) -> bytes:
+def header_payload(
+    header: DumpHeader = HDR, mode_index: int | None = None, minor: int = 1
+) -> bytes:
+    """The header's fields as format 1.minor has them (1.1 added the ages)."""
     modes = ("exact", "sample")
     out = bytearray(text(header.python_version))
     out += varint(header.pid)
@@ -66,6 +70,13 @@ def header_payload(header: DumpHeader = HDR, mode_index: int | None = None) -> b
     out += varint(len(header.extra))
     for key, value in header.extra.items():
         out += text(key) + text(value)
+    if minor >= 1:
+        clock = header.ages
+        if clock is None:
+            out += varint(0)
+        else:
+            out += varint(1) + varint(clock.epoch)
+            out += struct.pack("<dd", clock.started, clock.interval)
     return bytes(out)
 
 
@@ -92,6 +103,12 @@ def trace_record(tb_id: int, size: int, domain: int = 0) -> bytes:
     if domain:
         return bytes([TRACE_DOMAIN]) + varint(tb_id) + varint(domain) + varint(size)
     return bytes([TRACE]) + varint(tb_id) + varint(size)
+
+
+def age_record(age: int) -> bytes:
+    """The traces that follow are age epochs old (format 1.1)."""
+    data = varint(age)
+    return bytes([AGE]) + varint(len(data)) + data
 
 
 def end_record(nstrings: int, ntracebacks: int, ntraces: int) -> bytes:

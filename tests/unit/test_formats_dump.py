@@ -468,6 +468,8 @@ def test_public_interface() -> None:
         == set(dump.__all__)
         == {
             "FORMAT_VERSION",
+            "AgeClock",
+            "AgedTrace",
             "Dump",
             "DumpError",
             "DumpHeader",
@@ -557,11 +559,11 @@ def test_newer_major_version_is_refused_naming_both() -> None:
     data = assemble([header_record(), end_record(0, 0, 0)], pre=preamble(major=2, minor=3))
     error = refused(data, "upgrade heapwatch")
     assert "version 2.3" in str(error)
-    assert "1.0" in str(error)
+    assert "it writes 1.1" in str(error)
 
 
 def test_major_version_zero_is_refused() -> None:
-    refused(assemble([header_record(), end_record(0, 0, 0)], pre=preamble(major=0)), "0.0")
+    refused(assemble([header_record(), end_record(0, 0, 0)], pre=preamble(major=0, minor=0)), "0.0")
 
 
 def test_newer_minor_version_is_read() -> None:
@@ -571,7 +573,7 @@ def test_newer_minor_version_is_read() -> None:
     data = assemble(
         [
             header_record(payload),
-            bytes([0x80]) + varint(3) + b"abc",
+            bytes([0x81]) + varint(3) + b"abc",
             string_record("a.py"),
             bytes([0xFE]) + varint(0),
             traceback_record([(0, 1)]),
@@ -727,8 +729,8 @@ HOSTILE = [
     ("second header", [header_record()], "second header"),
     ("unknown record type", [bytes([0x06])], "unknown record type 0x06"),
     ("zero byte", [b"\x00"], "unknown record type 0x00"),
-    ("extension too long", [bytes([0x80]) + varint(1 << 30)], "extension record length"),
-    ("extension past the end", [bytes([0x80]) + varint(1000) + b"abc"], "truncated"),
+    ("extension too long", [bytes([0x81]) + varint(1 << 30)], "extension record length"),
+    ("extension past the end", [bytes([0x81]) + varint(1000) + b"abc"], "truncated"),
     ("billions of traces claimed", [end_record(0, 0, 5_000_000_000)], "end record counts"),
     ("huge end counts", [end_record(2**64 - 1, 2**64 - 1, 2**64 - 1)], "end record counts"),
 ]
@@ -756,9 +758,9 @@ def test_hostile_record_message_names_record_and_offset() -> None:
 
 def with_nextra(nextra: int) -> bytes:
     """A header payload with one extra entry but claiming nextra."""
-    payload = header_payload(now_header(extra={"k": "v"}))
+    payload = header_payload(now_header(extra={"k": "v"}), minor=0)
     assert payload.endswith(b"\x01\x01k\x01v")
-    return payload[:-5] + varint(nextra) + b"\x01k\x01v"
+    return payload[:-5] + varint(nextra) + b"\x01k\x01v" + varint(0)
 
 
 @pytest.mark.parametrize(
@@ -784,7 +786,7 @@ def test_hostile_header_lengths() -> None:
     refused(assemble([bytes([0x01]) + varint(16 << 20)]), "truncated")
     refused(assemble([string_record("a"), header_record()]), "first record must be the header")
     duplicated = text_pair("k", "v") * 2
-    payload = header_payload(now_header())[:-1] + varint(2) + duplicated
+    payload = header_payload(now_header(), minor=0)[:-1] + varint(2) + duplicated + varint(0)
     refused(assemble([header_record(payload), end_record(0, 0, 0)]), "appears twice")
 
 

@@ -20,6 +20,7 @@ from _dumpcraft import (
     TRACE_DOMAIN,
     TRACEBACK,
     U64_MAX,
+    age_record,
     assemble,
     end_record,
     header_payload,
@@ -34,6 +35,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from heapwatch.formats.dump import (
+    AgeClock,
     Dump,
     DumpError,
     DumpHeader,
@@ -77,6 +79,15 @@ def traces(draw: st.DrawFn, max_size: int = 40) -> list[RawTrace]:
     return [(domain, size, pool[i][0], pool[i][1]) for domain, size, i in picks]
 
 
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+CLOCKS = st.builds(
+    AgeClock,
+    st.one_of(st.integers(0, 40), U64),
+    FINITE,
+    st.floats(min_value=0.0, allow_nan=False, allow_infinity=False),
+)
+
+
 @st.composite
 def headers(draw: st.DrawFn) -> DumpHeader:
     mode = draw(st.sampled_from(["exact", "sample"]))
@@ -88,13 +99,31 @@ def headers(draw: st.DrawFn) -> DumpHeader:
         sample_interval=0 if mode == "exact" else draw(st.integers(1, U64_MAX)),
         traceback_limit=draw(st.integers(1, 0xFFFF)),
         extra=draw(st.dictionaries(TEXT, TEXT, max_size=4)),
+        ages=draw(st.one_of(st.none(), CLOCKS)),
     )
 
 
-def write(header: DumpHeader, items: list[RawTrace], compress: bool) -> bytes:
+def ages_of(header: DumpHeader, items: list[RawTrace]) -> list[int] | None:
+    """The ages written with items: runs of one age, changing, within the epoch."""
+    if header.ages is None:
+        return None
+    return [(i // 3 * 7) % (header.ages.epoch + 1) for i in range(len(items))]
+
+
+def write(
+    header: DumpHeader, items: list[RawTrace], compress: bool, ages: list[int] | None = None
+) -> bytes:
     out = io.BytesIO()
-    write_dump(out, header, iter(items), compress=compress)  # a generator, streamed
+    if header.ages is not None:
+        paired = zip(items, ages_of(header, items) if ages is None else ages)
+        write_dump(out, header, paired, compress=compress)  # an iterator, streamed
+    else:
+        write_dump(out, header, iter(items), compress=compress)  # a generator, streamed
     return out.getvalue()
+
+
+def expected(header: DumpHeader, items: list[RawTrace]) -> Dump:
+    return Dump(header, items, ages_of(header, items))
 
 
 def outcome(data: bytes) -> Dump | DumpError:
@@ -106,8 +135,10 @@ def outcome(data: bytes) -> Dump | DumpError:
     except DumpError as exc:
         dump = exc
     try:
-        header, it = iter_dump(io.BytesIO(data))
-        streamed: Dump | DumpError = Dump(header, list(it))
+        header, it = iter_dump(io.BytesIO(data), ages=True)
+        pairs = list(it)
+        ages = None if header.ages is None else [age for _trace, age in pairs]
+        streamed: Dump | DumpError = Dump(header, [trace for trace, _age in pairs], ages)  # type: ignore[arg-type]
     except DumpError as exc:
         streamed = exc
     assert time.perf_counter() - started < SECONDS_PER_CASE
@@ -131,7 +162,7 @@ def note_outcome(result: Dump | DumpError) -> None:
 def assert_rewrites(dump: Dump) -> None:
     """Whatever the reader accepts, the writer writes back identically."""
     for compress in (False, True):
-        again = outcome(write(dump.header, dump.traces, compress))
+        again = outcome(write(dump.header, dump.traces, compress, dump.ages))
         assert again == dump
 
 
@@ -142,7 +173,7 @@ def assert_rewrites(dump: Dump) -> None:
 @FUZZ
 @given(headers(), traces(), st.booleans())
 def test_round_trip(header: DumpHeader, items: list[RawTrace], compress: bool) -> None:
-    assert outcome(write(header, items, compress)) == Dump(header, items)
+    assert outcome(write(header, items, compress)) == expected(header, items)
 
 
 # --------------------------------------------------------------------------
@@ -213,7 +244,7 @@ def test_bit_flips_are_detected(
     result = outcome(bytes(damaged))
     if bytes(damaged) == dump or (compress and isinstance(result, Dump)):
         # Flips that cancel out, or land in deflate's ignored padding bits.
-        assert result == Dump(header, items)
+        assert result == expected(header, items)
     else:
         assert isinstance(result, DumpError)
 
@@ -236,7 +267,7 @@ def test_byte_overwrites_insertions_and_deletions(
     result = outcome(bytes(damaged))
     if isinstance(result, Dump):
         # only when the edits cancel out (or touch deflate's padding)
-        assert result == Dump(header, items)
+        assert result == expected(header, items)
 
 
 # --------------------------------------------------------------------------
@@ -296,6 +327,10 @@ def records() -> st.SearchStrategy[bytes]:
             st.binary(max_size=8),
         ),
         st.builds(header_record, st.builds(header_payload)),
+        st.builds(age_record, st.one_of(small, HOSTILE_INT)),
+        st.builds(
+            lambda n, tail: bytes([0x80]) + varint(n) + tail, HOSTILE_INT, st.binary(max_size=4)
+        ),
         st.builds(bytes, st.lists(st.integers(0, 255), max_size=6)),
         st.sampled_from([bytes([END]), bytes([TRACE]), b"\xff" * 11, b"\x04\x80\x80\x80"]),
     )
@@ -305,7 +340,14 @@ def records() -> st.SearchStrategy[bytes]:
 def valid_records(draw: st.DrawFn) -> list[bytes]:
     """The records of a valid dump, built by hand: strings, then tracebacks
     and traces that refer to what is defined, then a correct end record."""
-    body = [header_record()]
+    clock = draw(
+        st.one_of(
+            st.none(),
+            st.builds(AgeClock, st.integers(0, 5), FINITE, CLOCKS.map(lambda c: c.interval)),
+        )
+    )
+    aged = DumpHeader("3.11.7", 4242, 1.5, "exact", 0, 10, {}, ages=clock)
+    body = [header_record(header_payload(aged))]
     nstrings = draw(st.integers(1, 4))
     body += [string_record(draw(TEXT)) for _ in range(nstrings)]
     ntracebacks = draw(st.integers(1, 3))
@@ -319,7 +361,9 @@ def valid_records(draw: st.DrawFn) -> list[bytes]:
         )
         body.append(traceback_record(frames, draw(st.integers(0, 0xFFFF))))
     ntraces = draw(st.integers(0, 8))
-    for _ in range(ntraces):
+    for i in range(ntraces):
+        if clock is not None and (i == 0 or draw(st.booleans())):
+            body.append(age_record(draw(st.integers(0, clock.epoch))))
         body.append(trace_record(draw(st.integers(0, ntracebacks - 1)), draw(SIZES), draw(DOMAINS)))
     body.append(end_record(nstrings, ntracebacks, ntraces))
     return body

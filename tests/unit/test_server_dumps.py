@@ -39,8 +39,17 @@ TRACES = [(0, 100, (("app.py", 3),), 1), (0, 50, (("app.py", 4),), 1)]
 class FakeSnapshot:
     """What DumpService reads of a core snapshot, from raw traces."""
 
-    def __init__(self, traces: list[Any], mode: str = "exact", sample_interval: int = 0) -> None:
+    def __init__(
+        self,
+        traces: list[Any],
+        mode: str = "exact",
+        sample_interval: int = 0,
+        ages: list[int] | None = None,
+        epoch: int = 0,
+    ) -> None:
         self._traces = traces
+        self._ages = [0] * len(traces) if ages is None else ages
+        self.epoch = epoch
         self.mode = mode
         self.sample_interval = sample_interval
         self.traceback_limit = 1
@@ -59,9 +68,13 @@ class FakeSnapshot:
             rows.append((domain, frames, total, sum(t[1] for t in mine), len(mine)))
         return rows
 
-    def traces(self, mask: bytes | None = None) -> list[Any]:
+    def traces(self, mask: bytes | None = None, ages: bool = False) -> list[Any]:
         self.passes += 1
-        return [t for t in self._traces if mask is None or mask[self._index[t[0], t[2], t[3]]]]
+        return [
+            (*t, age) if ages else t
+            for t, age in zip(self._traces, self._ages)
+            if mask is None or mask[self._index[t[0], t[2], t[3]]]
+        ]
 
 
 class FakeSource:
@@ -201,11 +214,15 @@ def test_retention_by_bytes_never_deletes_the_dump_just_written(tmp_path: Path) 
 
 def test_traces_are_built_a_batch_of_tracebacks_at_a_time() -> None:
     traces = [(0, i, ((f"f{i % 7}.py", i % 3),), 1) for i in range(100)]
-    snap = FakeSnapshot(traces)
-    assert sorted(iter_traces(snap, batch=10)) == sorted(traces)  # type: ignore[arg-type]
+    ages = [i % 5 for i in range(100)]
+    snap = FakeSnapshot(traces, ages=ages, epoch=9)
+    aged = list(zip(traces, ages))
+    assert sorted(iter_traces(snap, batch=10)) == sorted(aged)  # type: ignore[arg-type]
     assert snap.passes > 1
-    small = FakeSnapshot(traces)
-    assert list(iter_traces(small, batch=1000)) == traces  # type: ignore[arg-type]
+    small = FakeSnapshot(traces, ages=ages, epoch=9)
+    # in one batch: by age, else in the core's order
+    by_age = sorted(aged, key=lambda pair: pair[1])
+    assert list(iter_traces(small, batch=1000)) == by_age  # type: ignore[arg-type]
     assert small.passes == 1
 
 

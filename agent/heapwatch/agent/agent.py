@@ -42,7 +42,16 @@ from heapwatch.agent.interface import (
     Server,
     Site,
 )
-from heapwatch.agent.leaks import FLOOR_BYTES, LeakScore, LeakTracker, Observation, ranked
+from heapwatch.agent.leaks import (
+    FLOOR_BYTES,
+    OLD_EPOCHS,
+    SUSPECT,
+    LeakScore,
+    LeakTracker,
+    Observation,
+    observed,
+    ranked,
+)
 from heapwatch.agent.procmem import (
     NATIVE_HEAP_SOURCE,
     NATIVE_HEAP_UNAVAILABLE,
@@ -67,11 +76,8 @@ __all__ = ["AT_EXIT_TIMEOUT", "Agent", "get_agent", "start_agent", "stop_agent"]
 log = logging.getLogger("heapwatch.agent")
 
 AT_EXIT_TIMEOUT = 2.0
-# Sites scoring at least this are leak suspects, exported beyond the top ones.
-LEAK_SUSPECT = 0.5
-# Bytes at least 8 cycles old: the age buckets from [8, 16) on (bucket b
-# holds the ages in [2**(b-1), 2**b)).
-OLD_EPOCHS = 8
+# Bytes at least OLD_EPOCHS cycles old: the age buckets from [8, 16) on
+# (bucket b holds the ages in [2**(b-1), 2**b)).
 OLD_BUCKET = OLD_EPOCHS.bit_length()
 # A watched site stays watched down to this many bytes (it starts at the
 # score's floor, FLOOR_BYTES): a site hovering at the floor keeps its series.
@@ -191,6 +197,7 @@ class Agent:
         self._leaks: LeakTracker[tuple[str, int]] = LeakTracker(self.config.leak_window)
         self._watched: set[tuple[str, int]] = set()
         self._leak_time: float | None = None
+        self._scores: Mapping[tuple[str, int], LeakScore] = {}
         self._previous_traced = 0
         self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
@@ -234,6 +241,10 @@ class Agent:
                 self._sample_interval,
                 self._native_heap,
             )
+
+    def leak_scores(self) -> Mapping[tuple[str, int], LeakScore]:
+        """The last cycle's leak score of each site it watched, by (file, line)."""
+        return self._scores
 
     def last_snapshot(self) -> tuple[Any, float] | None:
         """The last successful cycle's snapshot and its unix time, when
@@ -328,7 +339,7 @@ class Agent:
         top_keys = {_site_key(row[0]) for row in top}
         ages = self._watchable(groups)
         scores = self._score_leaks(started, ages)
-        suspects = [key for key, _score in ranked(scores.items(), LEAK_SUSPECT)]
+        suspects = [key for key, _score in ranked(scores.items(), SUSPECT)]
         # Sites by peak, those whose memory is all gone included (a site
         # that allocated and freed within the interval made the peak too).
         by_peak = self._by_peak(groups, top_keys | set(suspects[: self.config.top * 2]))
@@ -426,6 +437,7 @@ class Agent:
             untraced=untraced(memory.resident, traced, tracer_memory),
             native_in_use=memory.native_in_use,
             native_retained=memory.native_retained,
+            epoch=snapshot.epoch,
         )
 
     def _watchable(self, groups: Any) -> list[tuple[Any, int, int, Sequence[int]]]:
@@ -465,24 +477,24 @@ class Agent:
         the window holds a few hundred series, not every line that ever
         allocated; before it is watched a site counts as holding nothing.
         """
-        variance = float(self._sample_interval)  # 0 in exact mode
-        observed: dict[tuple[str, int], Observation] = {}
+        sites: dict[tuple[str, int], Observation] = {}
         for frames, size, _count, histogram in ages:
             key = _site_key(frames)
             if size < FLOOR_BYTES and not (key in self._watched and size >= WATCH_LOW):
                 continue
             # Memory that survived OLD_EPOCHS cycles: the churn of the same
-            # line is left out of it.  In sample mode an estimate of n bytes
-            # has a variance of about n x the sample interval.
+            # line is left out of it.
             old = float(sum(histogram[OLD_BUCKET:]))
-            observed[key] = Observation(now, size, old, size * variance, old * variance)
-        self._watched = set(observed)
+            sites[key] = observed(now, size, old, self._sample_interval)
+        self._watched = set(sites)
         # A timer that did not move (an injected one) adds no point to the
         # series: the tracker needs increasing times.
         if self._leak_time is None or now > self._leak_time:
             self._leak_time = now
-            self._leaks.observe(now, observed)
-        return self._leaks.scores()
+            self._leaks.observe(now, sites)
+        scores = self._leaks.scores()
+        self._scores = scores
+        return scores
 
     def _cycle_safely(self) -> None:
         try:

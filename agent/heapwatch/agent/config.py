@@ -32,8 +32,10 @@ __all__ = [
     "EXPORTER_NAMES",
     "AgentConfig",
     "ConfigError",
+    "parse_age",
     "parse_bool",
     "parse_duration",
+    "parse_leak_window",
     "parse_size",
 ]
 
@@ -45,6 +47,9 @@ MAX_INTERVAL = 86400.0
 # time; up to a day, as the agent keeps every observed site's series over it.
 MIN_LEAK_WINDOW = 10.0
 MAX_LEAK_WINDOW = 86400.0
+# The oldest age one may ask for (``heapwatch top --min-age``, ``min_age=``):
+# a year, far beyond any service's uptime between deploys.
+MAX_AGE = 365 * 86400.0
 MAX_TOP = 1000
 # Frames kept per traceback unless HEAPWATCH_NFRAME says, by mode.  Exact mode
 # walks the stack at every allocation, so it keeps one frame (the line, as
@@ -168,7 +173,15 @@ def parse_duration(text: str) -> float:
     return _seconds_in(text, MIN_INTERVAL, MAX_INTERVAL, accepted)
 
 
-def _parse_leak_window(text: str) -> float:
+def parse_age(text: str) -> float:
+    """Seconds of age from ``0``, ``90s``, ``30m``, ``2h``: how old live
+    memory must be to be selected (not a setting of the agent)."""
+    accepted = "a duration from 0s to 8760h (365 days), such as 90s, 30m or 2h"
+    return _seconds_in(text, 0.0, MAX_AGE, accepted)
+
+
+def parse_leak_window(text: str) -> float:
+    """Seconds of the leak score's window (``HEAPWATCH_LEAK_WINDOW``)."""
     accepted = (
         f"a duration from {MIN_LEAK_WINDOW:g}s to {MAX_LEAK_WINDOW:g}s (1 day), "
         "such as 30m, 2h or 10s"
@@ -292,7 +305,7 @@ _FIELDS = (
     ),
     _Field("interval", parse_duration),
     _Field("top", _parse_int(0, MAX_TOP, "sites with their own series")),
-    _Field("leak_window", _parse_leak_window),
+    _Field("leak_window", parse_leak_window),
     _Field("exporters", _parse_exporters),
     _Field("host", _parse_host),
     _Field("port", _parse_int(0, 65535, "the first port tried, 0 for any free port")),

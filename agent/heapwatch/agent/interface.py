@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Protocol
 from heapwatch.agent.procmem import NATIVE_HEAP_UNAVAILABLE
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from _typeshed.wsgi import WSGIApplication
 
     from heapwatch.agent.config import AgentConfig
+    from heapwatch.agent.leaks import LeakScore
 
 __all__ = [
     "OTHER_FILE",
@@ -96,6 +99,9 @@ class CycleResult(NamedTuple):
     large blocks and native code's alike; None without glibc's mallinfo2."""
     native_retained: int | None = None
     """Bytes free in the C allocator's heap, retained rather than given back."""
+    epoch: int | None = None
+    """The epoch the cycle started: its snapshot's traces of age 0 were
+    recorded in it, from a moment before ``timestamp`` on."""
 
 
 class Readings(NamedTuple):
@@ -156,6 +162,8 @@ class AgentView(Protocol):
 
     def readings(self) -> Readings: ...
     def last_snapshot(self) -> tuple[Any, float] | None: ...
+    def leak_scores(self) -> Mapping[tuple[str, int], LeakScore]:
+        """The last cycle's leak score of each site it watched."""
 
 
 class Component(Protocol):

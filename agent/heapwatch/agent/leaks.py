@@ -55,7 +55,15 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Deque, Dict, Generic, List, Tuple, TypeVar
 
-__all__ = ["LeakScore", "LeakTracker", "Observation", "leak_score"]
+__all__ = [
+    "OLD_EPOCHS",
+    "SUSPECT",
+    "LeakScore",
+    "LeakTracker",
+    "Observation",
+    "leak_score",
+    "observed",
+]
 
 SPANS = (0.6, 0.8, 1.0)
 QUARTERS = 4
@@ -71,6 +79,13 @@ LUMPS_MIN = 4.0
 RELATIVE = 0.2
 P_LOW, P_HIGH = 0.001, 0.05
 Z_HALF = 3.0
+# "Old" bytes are at least this many epochs (the agent's cycles) old: the
+# churn of a site is younger.  The agent's cycle and ``heapwatch leaks`` both
+# count them so.
+OLD_EPOCHS = 8
+# Sites scoring at least this are leak suspects: the agent exports them
+# beyond the top ones, the leaks reports list them.
+SUSPECT = 0.5
 
 K = TypeVar("K", bound=Hashable)
 
@@ -98,6 +113,13 @@ class LeakScore:
 
 
 NO_LEAK = LeakScore(0.0, 0.0, "old", 0.0)
+
+
+def observed(time: float, live: float, old: float, sample_interval: int) -> Observation:
+    """A site's observation from its live and old bytes, estimated (in
+    sample mode, ``sample_interval`` > 0) or exact (0): an estimate of n
+    bytes has a variance of about n x the sample interval."""
+    return Observation(time, live, old, live * sample_interval, old * sample_interval)
 
 
 def _smoothstep(low: float, high: float, x: float) -> float:

@@ -3,8 +3,8 @@ subcommand, as memray's ``commands/``.
 
 Each command module has ``add_parser(subparsers)``, which adds its parser
 and sets ``func`` (called with the parsed namespace, returning the exit
-status): ``run`` starts a command with the agent on; ``top``, ``diff`` and
-``convert`` read dumps (``dump_input`` holds what they share).
+status): ``run`` starts a command with the agent on; ``top``, ``diff``,
+``convert`` and ``leaks`` read dumps (``dump_input`` holds what they share).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 from typing import TYPE_CHECKING, Callable
 
 from heapwatch._version import __version__
-from heapwatch.cli import convert, diff, run, top
+from heapwatch.cli import convert, diff, leaks, run, top
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,6 +27,7 @@ COMMANDS: list[Callable[[SubParsers], None]] = [
     top.add_parser,
     diff.add_parser,
     convert.add_parser,
+    leaks.add_parser,
 ]
 
 

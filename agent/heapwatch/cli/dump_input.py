@@ -19,23 +19,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, cast
 
 from heapwatch._errors import HeapwatchError
-from heapwatch.formats.estimates import round_count, weigher
+from heapwatch.agent.config import parse_age
 from heapwatch.formats.report import KEY_TYPES, Report, format_text, to_json
 from heapwatch.formats.snapshot_file import SnapshotFile, open_snapshot
-from heapwatch.tracemalloc.grouping import group_traces
+from heapwatch.tracemalloc.grouping import Grouped, group_counted
 
 if TYPE_CHECKING:
     from heapwatch._core import KeyType, Mode, RawTrace
-    from heapwatch.tracemalloc.objects import Statistic, Traceback
 
 __all__ = [
     "MAX_LIMIT",
     "Grouped",
     "InputError",
     "SnapshotFile",
+    "add_age_option",
     "add_pickle_option",
     "add_report_options",
     "group",
@@ -80,7 +80,10 @@ def _checked(traces: Iterable[object], path: str) -> Iterator[RawTrace]:
 
 
 def open_snapshot_file(
-    path: str, allow_pickle: bool, max_inflate_ratio: float | None = None
+    path: str,
+    allow_pickle: bool,
+    max_inflate_ratio: float | None = None,
+    min_age: float | None = None,
 ) -> SnapshotFile:
     """The traces of a heapwatch dump or (with ``allow_pickle``) of a pickled
     tracemalloc Snapshot (``heapwatch.formats.snapshot_file.open_snapshot``),
@@ -88,7 +91,11 @@ def open_snapshot_file(
 
     Raises InputError, DumpError, PickleRefusedError or OSError naming the file."""
     file = open_snapshot(
-        path, allow_pickle, allow_with="--allow-pickle", max_inflate_ratio=max_inflate_ratio
+        path,
+        allow_pickle,
+        allow_with="--allow-pickle",
+        max_inflate_ratio=max_inflate_ratio,
+        min_age=min_age,
     )
     if file.meta["format"] != "pickle":
         return file
@@ -99,26 +106,14 @@ def open_snapshot_file(
     return file._replace(traces=_checked(file.traces, path), mode=mode, sample_interval=interval)
 
 
-class Grouped(NamedTuple):
-    by_traceback: dict[Traceback, Statistic]
-    total: tuple[int, int]
-
-
 def group(source: SnapshotFile, key_type: str, cumulative: bool) -> Grouped:
-    weigh = weigher(cast("Mode", source.mode), source.sample_interval)
-    total = [0, 0]
-
-    def counted() -> Iterator[RawTrace]:
-        # The traces' real total, in the same pass (a cumulative grouping
-        # counts a block under each of its frames).
-        for trace in source.traces:
-            size, count_fp = weigh(trace[1])
-            total[0] += size
-            total[1] += count_fp
-            yield trace
-
-    grouped = group_traces(counted(), cast("KeyType", key_type), cumulative, weigh)
-    return Grouped(grouped, (total[0], round_count(total[1])))
+    return group_counted(
+        source.traces,
+        cast("KeyType", key_type),
+        cumulative,
+        cast("Mode", source.mode),
+        source.sample_interval,
+    )
 
 
 # Timestamps a header may carry that mean a time (any finite float is valid
@@ -160,7 +155,9 @@ def print_text(text: str) -> None:
 
 
 def open_input(options: argparse.Namespace, path: str) -> SnapshotFile:
-    return open_snapshot_file(path, options.allow_pickle, options.max_inflate_ratio)
+    return open_snapshot_file(
+        path, options.allow_pickle, options.max_inflate_ratio, getattr(options, "min_age", None)
+    )
 
 
 def write_output(output: str, write: Callable[[BinaryIO], None]) -> None:
@@ -262,6 +259,26 @@ def ratio_type(text: str) -> float:
 
 
 ratio_type.__name__ = "ratio"
+
+
+def age_type(text: str) -> float:
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected {exc}, got {text!r}") from None
+
+
+age_type.__name__ = "duration"
+
+
+def add_age_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--min-age",
+        type=age_type,
+        metavar="DURATION",
+        help="only live memory at least DURATION old when the dump was taken (90s, 30m, 2h): "
+        "the traces of dumps that carry their ages (the agent's, dump format 1.1 on)",
+    )
 
 
 def _usage_checks(options: argparse.Namespace) -> None:

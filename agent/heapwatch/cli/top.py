@@ -7,13 +7,14 @@ import argparse
 from typing import TYPE_CHECKING
 
 from heapwatch.cli.dump_input import (
+    add_age_option,
     add_report_options,
     group,
     open_input,
     print_report,
     run_guarded,
 )
-from heapwatch.formats.report import top_report
+from heapwatch.formats.report import min_age_note, top_report
 from heapwatch.tracemalloc.objects import Statistic
 from heapwatch.tracemalloc.raw import raw_statistics
 
@@ -27,6 +28,9 @@ def _top(options: argparse.Namespace) -> int:
     source = open_input(options, options.file)
     grouped = group(source, options.key_type, options.cumulative)
     stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
+    notes = []
+    if options.min_age is not None and source.ages is not None:
+        notes.append(min_age_note(options.min_age, source.ages, source.youngest))
     report = top_report(
         raw_statistics(stats),
         grouped.total,
@@ -35,7 +39,12 @@ def _top(options: argparse.Namespace) -> int:
         limit=options.limit,
         mode=source.mode,
         sample_interval=source.sample_interval,
-        meta={"file": source.path, **source.meta},
+        notes=notes,
+        meta={
+            "file": source.path,
+            **source.meta,
+            **({} if options.min_age is None else {"min_age": options.min_age}),
+        },
     )
     print_report(report, options.json)
     return 0
@@ -50,4 +59,5 @@ def add_parser(subparsers: SubParsers) -> None:
     )
     parser.add_argument("file", metavar="FILE", help="a heapwatch dump")
     add_report_options(parser)
+    add_age_option(parser)
     parser.set_defaults(func=run_guarded, command=_top)

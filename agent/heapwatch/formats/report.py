@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from heapwatch._core import Frames, RawDiff, RawStatistic
+    from heapwatch.formats.dump import AgeClock
 
 __all__ = [
     "KEY_TYPES",
@@ -225,6 +226,20 @@ def _figure(report: Report, row: Row) -> str:
     if report.kind == "diff":
         return f"{_kib(row.size)} ({_kib_diff(row.size_diff)})"
     return _kib(row.size)
+
+
+def min_age_note(seconds: float, clock: AgeClock, youngest: int | None) -> str:
+    """What a selection of live memory at least ``seconds`` old holds, in
+    the epochs of ``clock`` (``AgeClock.youngest_age``)."""
+    if youngest is None:
+        return (
+            f"live memory at least {seconds:g}s old: none can be told so old "
+            "(epochs of unknown length: no agent cycled them)"
+        )
+    return (
+        f"live memory at least {seconds:g}s old: traces {youngest} or more epochs old "
+        f"(epoch {clock.epoch}, epochs of at least {clock.interval:g}s)"
+    )
 
 
 def sample_note(sample_interval: int) -> str:

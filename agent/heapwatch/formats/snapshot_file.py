@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple, Union
 
 from heapwatch._errors import HeapwatchError
-from heapwatch.formats.dump import DumpError, RawTrace, iter_dump, sniff
+from heapwatch.formats.dump import AgeClock, DumpError, RawTrace, iter_dump, sniff
 
 __all__ = [
     "ATTRIBUTES_KEY",
@@ -57,6 +57,11 @@ class SnapshotFile(NamedTuple):
     attributes: dict[str, object]
     """What a user set on a pickled snapshot (its ``__dict__``); a dump keeps
     them in its header (``decode_attributes``)."""
+    ages: AgeClock | None = None
+    """A dump's ages (format 1.1 on), when its traces carry them."""
+    youngest: int | None = None
+    """With ``min_age``: the fewest epochs of age a trace kept has (None:
+    none is kept, the epochs' length being unknown)."""
 
 
 def open_snapshot(
@@ -65,6 +70,7 @@ def open_snapshot(
     *,
     allow_with: str = "allow_pickle=True",
     max_inflate_ratio: float | None = None,
+    min_age: float | None = None,
 ) -> SnapshotFile:
     """Opens a heapwatch dump or, with ``allow_pickle``, a pickled stdlib (or
     heapwatch) ``Snapshot``.
@@ -73,19 +79,30 @@ def open_snapshot(
     message says to pass ``allow_with``), DumpError for anything else that is
     not a snapshot, OSError when the file cannot be read.
     ``max_inflate_ratio`` replaces the reader's default bound on decompression.
+    ``min_age`` (seconds) keeps only the traces surely that old when the
+    dump was taken (``AgeClock``); a file whose traces carry no ages then
+    raises DumpError.
     """
     path = os.fsdecode(filename)
     if sniff(path) == "pickle":
+        if min_age is not None:
+            raise DumpError(_no_ages(path, "a pickle"))
         if not allow_pickle:
             raise PickleRefusedError(
                 f"{path!r} is a pickle (the stdlib tracemalloc's dump format); unpickling "
                 f"runs code from the file: pass {allow_with} only for a file you trust"
             )
         return _open_pickle(path)
-    if max_inflate_ratio is None:
-        header, traces = iter_dump(path)
-    else:
-        header, traces = iter_dump(path, max_inflate_ratio=max_inflate_ratio)
+    ratio = {} if max_inflate_ratio is None else {"max_inflate_ratio": max_inflate_ratio}
+    header, aged = iter_dump(path, ages=True, **ratio)
+    traces: Iterable[RawTrace] = (trace for trace, _age in aged)
+    youngest = None
+    if min_age is not None:
+        if header.ages is None:
+            aged.close()  # type: ignore[attr-defined]
+            raise DumpError(_no_ages(path, "a dump written before format 1.1 or without ages"))
+        youngest = header.ages.youngest_age(min_age, header.timestamp)
+        traces = _older(aged, youngest)
     meta: dict[str, Any] = {
         "format": "heapwatch",
         "pid": header.pid,
@@ -94,8 +111,29 @@ def open_snapshot(
         **header.extra,
     }
     return SnapshotFile(
-        path, traces, header.traceback_limit, header.mode, header.sample_interval, meta, {}
+        path,
+        traces,
+        header.traceback_limit,
+        header.mode,
+        header.sample_interval,
+        meta,
+        {},
+        header.ages,
+        youngest,
     )
+
+
+def _no_ages(path: str, what: str) -> str:
+    return (
+        f"{path!r} is {what}: its traces carry no ages, so it cannot select memory by age "
+        "(the agent's dumps carry them from dump format 1.1 on)"
+    )
+
+
+def _older(aged: Iterable[tuple[RawTrace, int | None]], youngest: int | None) -> Iterator[RawTrace]:
+    for trace, age in aged:
+        if youngest is not None and age is not None and age >= youngest:
+            yield trace
 
 
 def _open_pickle(path: str) -> SnapshotFile:

@@ -11,8 +11,10 @@ takes the service's dump lock without waiting: a second one answers 429 with
 and what it accepts); none of them names a file.
 
 ``GET /debug/heapwatch/snapshot``   every live trace, in heapwatch's dump format
-``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON)
+``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON);
+                                    ``min_age=30m``: only live memory that old
 ``GET /debug/heapwatch/diff``       top differences since the agent's last cycle
+``GET /debug/heapwatch/leaks``      the agent's leak suspects, their memory and its ages
 ``GET /debug/pprof/heap``           live memory as a gzip pprof profile
 """
 
@@ -30,26 +32,41 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qs
 
+from heapwatch.agent.config import parse_age
+from heapwatch.agent.leaks import SUSPECT, ranked
 from heapwatch.formats.dump import write_dump
+from heapwatch.formats.leak_report import (
+    AgesRow,
+    LeakReport,
+    format_leaks_text,
+    leaks_to_json,
+    suspect_of,
+)
 from heapwatch.formats.pprof import encode_heap_profile, heap_samples_from_tracebacks
 from heapwatch.formats.report import (
     KEY_TYPES,
     Report,
     diff_report,
     format_text,
+    min_age_note,
     to_json,
     top_report,
 )
-from heapwatch.server.dumps import DumpService, dump_header, iter_traces
+from heapwatch.server.dumps import DumpService, age_clock, dump_header, iter_traces
+from heapwatch.tracemalloc.grouping import group_counted
+from heapwatch.tracemalloc.objects import Statistic
+from heapwatch.tracemalloc.raw import raw_statistics
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
     from heapwatch import _core
     from heapwatch.agent.interface import AgentView, Routes
+    from heapwatch.formats.dump import AgeClock
 
 __all__ = [
     "DIFF_PATH",
+    "LEAKS_PATH",
     "PPROF_PATH",
     "SNAPSHOT_PATH",
     "TOP_PATH",
@@ -57,6 +74,8 @@ __all__ = [
     "ReportQuery",
     "ServedDumpService",
     "add_routes",
+    "leaks_of",
+    "parse_leaks_query",
     "parse_report_query",
 ]
 
@@ -65,6 +84,7 @@ log = logging.getLogger("heapwatch.debug")
 SNAPSHOT_PATH = "/debug/heapwatch/snapshot"
 TOP_PATH = "/debug/heapwatch/top"
 DIFF_PATH = "/debug/heapwatch/diff"
+LEAKS_PATH = "/debug/heapwatch/leaks"
 PPROF_PATH = "/debug/pprof/heap"
 
 DEFAULT_LIMIT = 10
@@ -87,6 +107,8 @@ class ReportQuery(NamedTuple):
     limit: int
     cumulative: bool
     as_json: bool
+    min_age: float | None = None
+    """Seconds: only live memory at least that old (top only)."""
 
 
 def _shown(value: str) -> str:
@@ -118,36 +140,59 @@ def _flag(params: Mapping[str, str], name: str) -> bool:
     return value == "1"
 
 
-def parse_report_query(environ: WSGIEnvironment) -> ReportQuery:
+def parse_report_query(environ: WSGIEnvironment, *, ages: bool = False) -> ReportQuery:
     """key_type, limit, cumulative and the output format of a top or diff
-    request; raises BadParameter naming the parameter and what it accepts."""
-    params = _query(environ, ("key_type", "limit", "cumulative", "format"))
+    request, and with ``ages`` its min_age; raises BadParameter naming the
+    parameter and what it accepts."""
+    names = ("key_type", "limit", "cumulative", "format")
+    params = _query(environ, (*names, "min_age") if ages else names)
     key_type = params.get("key_type", "lineno")
     if key_type not in KEY_TYPES:
         raise BadParameter(
             f"key_type={_shown(key_type)} is invalid: "
             "key_type is one of lineno, filename, traceback"
         )
+    limit = _limit(params)
+    cumulative = _flag(params, "cumulative")
+    if cumulative and key_type == "traceback":
+        raise BadParameter(
+            "cumulative=1 is invalid with key_type=traceback: cumulative needs lineno or filename"
+        )
+    as_json = _as_json(params, environ)
+    age = params.get("min_age")
+    min_age = None
+    if age is not None:
+        try:
+            min_age = parse_age(age)
+        except ValueError as exc:
+            raise BadParameter(f"min_age={_shown(age)} is invalid: min_age is {exc}") from None
+    return ReportQuery(key_type, limit, cumulative, as_json, min_age)
+
+
+def _limit(params: Mapping[str, str]) -> int:
     text = params.get("limit", str(DEFAULT_LIMIT))
     # At most 6 digits before int(): Python refuses to convert very long ones.
     if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) > MAX_LIMIT:
         raise BadParameter(
             f"limit={_shown(text)} is invalid: limit is an integer from 0 to {MAX_LIMIT}"
         )
-    cumulative = _flag(params, "cumulative")
-    if cumulative and key_type == "traceback":
-        raise BadParameter(
-            "cumulative=1 is invalid with key_type=traceback: cumulative needs lineno or filename"
-        )
+    return int(text)
+
+
+def _as_json(params: Mapping[str, str], environ: WSGIEnvironment) -> bool:
     form = params.get("format")
     if form is None:
         accept = environ.get("HTTP_ACCEPT", "")
-        as_json = "application/json" in accept.lower()
-    elif form in ("text", "json"):
-        as_json = form == "json"
-    else:
+        return "application/json" in accept.lower()
+    if form not in ("text", "json"):
         raise BadParameter(f"format={_shown(form)} is invalid: format is text or json")
-    return ReportQuery(key_type, int(text), cumulative, as_json)
+    return form == "json"
+
+
+def parse_leaks_query(environ: WSGIEnvironment) -> tuple[int, bool]:
+    """(limit, as_json) of a leaks request; raises BadParameter."""
+    params = _query(environ, ("limit", "format"))
+    return _limit(params), _as_json(params, environ)
 
 
 def _respond(
@@ -196,8 +241,13 @@ def _total(snap: _core.Snapshot, groups: _core.Groups, cumulative: bool) -> tupl
     return snap.group("filename").total if cumulative else groups.total
 
 
-def top_of(snap: _core.Snapshot, query: ReportQuery) -> Report:
-    """The top statistics of a core snapshot."""
+def top_of(
+    snap: _core.Snapshot, query: ReportQuery, agent: AgentView | None = None, at: float = 0.0
+) -> Report:
+    """The top statistics of a core snapshot; with ``query.min_age``, of its
+    traces (it was taken with them at ``at``) that old by the agent's epochs."""
+    if query.min_age is not None:
+        return _top_of_old(snap, query, query.min_age, age_clock(snap, at, agent), at)
     groups = snap.group(cast("_core.KeyType", query.key_type), query.cumulative)
     return top_report(
         groups.statistics(),
@@ -208,6 +258,37 @@ def top_of(snap: _core.Snapshot, query: ReportQuery) -> Report:
         mode=snap.mode,
         sample_interval=snap.sample_interval,
         meta=_meta(),
+    )
+
+
+def _top_of_old(
+    snap: _core.Snapshot, query: ReportQuery, min_age: float, clock: AgeClock, at: float
+) -> Report:
+    youngest = clock.youngest_age(min_age, at)
+    # Ages are per trace, not per traceback: grouped in Python, weighed as the core weighs.
+    old = (
+        (domain, size, frames, total)
+        for domain, size, frames, total, age in snap.traces(ages=True)
+        if youngest is not None and age >= youngest
+    )
+    grouped = group_counted(
+        old,
+        cast("_core.KeyType", query.key_type),
+        query.cumulative,
+        snap.mode,
+        snap.sample_interval,
+    )
+    stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
+    return top_report(
+        raw_statistics(stats),
+        grouped.total,
+        key_type=query.key_type,
+        cumulative=query.cumulative,
+        limit=query.limit,
+        mode=snap.mode,
+        sample_interval=snap.sample_interval,
+        notes=(min_age_note(min_age, clock, youngest),),
+        meta=_meta(min_age=min_age),
     )
 
 
@@ -230,6 +311,40 @@ def diff_of(
         sample_interval=new.sample_interval,
         notes=(f"since the agent's last cycle, {max(0.0, now - old_time):.1f}s ago",),
         meta=_meta(since=old_time),
+    )
+
+
+def leaks_of(
+    agent: AgentView, snapshot: Callable[[], _core.Snapshot], limit: int, at: float
+) -> LeakReport:
+    """The agent's leak suspects (its last cycle's scores), their memory in
+    a snapshot taken with its traces (``snapshot()``, only when there are
+    suspects) at ``at``: how old it is and which tracebacks hold it."""
+    readings = agent.readings()
+    suspects = ranked(agent.leak_scores().items(), SUSPECT)[:limit]
+    rows: dict[tuple[str, int], list[AgesRow]] = {site: [] for site, _score in suspects}
+    mode, interval = readings.mode, readings.sample_interval
+    clock = None
+    if suspects:
+        snap = snapshot()
+        mode, interval = snap.mode, snap.sample_interval
+        clock = age_clock(snap, at, agent)
+        for row in snap.group("traceback", ages=True).ages():
+            frames = row[0]
+            site = (frames[0][0], frames[0][1]) if frames else ("<unknown>", 0)
+            if site in rows:
+                rows[site].append(row)
+    return LeakReport(
+        tuple(
+            suspect_of(site, (s.score, s.rate, s.series, s.span), rows[site], clock=clock, at=at)
+            for site, s in suspects
+        ),
+        agent.config.leak_window,
+        SUSPECT,
+        mode,
+        interval if mode == "sample" else 0,
+        notes=(f"the agent's last cycle; its epochs last at least {agent.config.interval:g}s",),
+        meta=_meta(),
     )
 
 
@@ -302,7 +417,15 @@ class _Routes:
     def snapshot(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(_params: dict[str, str]) -> list[bytes]:
             snap = self._snapshot(traces=True)
-            header = dump_header(snap, trigger="http", clock=self.service.clock)
+            now = self.service.clock()
+            ages = age_clock(snap, now, self.service.agent)
+            header = dump_header(
+                snap,
+                trigger="http",
+                clock=lambda: now,
+                ages=ages,
+                leak_window=self.service.config.leak_window,
+            )
             name = f"heapwatch-{header.pid}-{int(header.timestamp)}.hwdump"
             write = start_response(
                 "200 OK",
@@ -329,11 +452,15 @@ class _Routes:
 
     def top(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(query: ReportQuery) -> list[bytes]:
-            report = top_of(self._snapshot(traces=False), query)
+            snap = self._snapshot(traces=query.min_age is not None)
+            at = self.service.clock()
+            report = top_of(snap, query, self.service.agent, at)
             body, content_type = _render(report, query.as_json)
             return _respond(start_response, "200 OK", body, content_type)
 
-        return self._guarded(environ, start_response, lambda: parse_report_query(environ), build)
+        return self._guarded(
+            environ, start_response, lambda: parse_report_query(environ, ages=True), build
+        )
 
     def diff(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(query: ReportQuery) -> list[bytes]:
@@ -378,6 +505,25 @@ class _Routes:
 
         return self._guarded(environ, start_response, parse, build)
 
+    def leaks(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        def build(query: tuple[int, bool]) -> list[bytes]:
+            limit, as_json = query
+            agent = self.service.agent
+            if agent is None:
+                return _error(
+                    start_response,
+                    "503 Service Unavailable",
+                    "no agent: the leak scores are its cycles'",
+                )
+            report = leaks_of(agent, lambda: self._snapshot(True), limit, self.service.clock())
+            if as_json:
+                body = (json.dumps(leaks_to_json(report)) + "\n").encode()
+                return _respond(start_response, "200 OK", body, "application/json")
+            body = format_leaks_text(report).encode("utf-8", "backslashreplace")
+            return _respond(start_response, "200 OK", body)
+
+        return self._guarded(environ, start_response, lambda: parse_leaks_query(environ), build)
+
 
 class _NotTracing(Exception):
     """The tracer is not tracing: nothing to dump (503)."""
@@ -401,6 +547,7 @@ def add_routes(router: Routes, service: DumpService) -> None:
         SNAPSHOT_PATH: routes.snapshot,
         TOP_PATH: routes.top,
         DIFF_PATH: routes.diff,
+        LEAKS_PATH: routes.leaks,
         PPROF_PATH: routes.pprof,
     }
     for path, app in apps.items():

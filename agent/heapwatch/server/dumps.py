@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import operator
 import os
 import re
 import signal
@@ -28,14 +29,14 @@ import threading
 import time
 import weakref
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
 
 from heapwatch._version import __version__
 from heapwatch.agent.problems import ProblemLog
 from heapwatch.agent.procmem import ProcessMemory, read_process_memory, untraced
 from heapwatch.agent.source import CoreSource
 from heapwatch.agent.threads import start_thread
-from heapwatch.formats.dump import process_header, write_dump
+from heapwatch.formats.dump import AgeClock, process_header, write_dump
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -43,12 +44,13 @@ if TYPE_CHECKING:
     from heapwatch import _core
     from heapwatch.agent.config import AgentConfig
     from heapwatch.agent.interface import AgentView
-    from heapwatch.formats.dump import DumpHeader, RawTrace
+    from heapwatch.formats.dump import AgedTrace, DumpHeader, RawTrace
 
 __all__ = [
     "DUMP_SUFFIX",
     "DumpService",
     "DumpSource",
+    "age_clock",
     "dump_dir_problem",
     "dump_header",
     "dump_name",
@@ -67,6 +69,7 @@ DUMP_SUFFIX = ".hwdump"
 _DUMP_NAME = re.compile(r"heapwatch-(\d{8}T\d{6}\.\d{6}Z)-(\d+)-(\d+)\.hwdump\Z")
 # Traces built into Python tuples at a time while a dump is written.
 _TRACE_BATCH = 1 << 16
+_AGE = operator.itemgetter(4)
 
 
 class DumpSource(Protocol):
@@ -101,12 +104,16 @@ def dump_header(
     clock: Callable[[], float] = time.time,
     memory: Callable[[], ProcessMemory] = read_process_memory,
     tracer_memory: Callable[[], int] = _tracer_memory,
+    ages: AgeClock | None = None,
+    leak_window: float | None = None,
 ) -> DumpHeader:
     """The dump header of a snapshot of this process, taken now, with the
-    process's memory read now (``_memory_extra``)."""
+    process's memory read now (``_memory_extra``) and, when its traces are
+    written with their ages, what turns them into durations."""
     mode = snap.mode
     return process_header(
         clock=clock,
+        ages=ages,
         mode=mode,
         sample_interval=snap.sample_interval if mode == "sample" else 0,
         traceback_limit=snap.traceback_limit,
@@ -118,12 +125,18 @@ def dump_header(
             "peak": str(snap.peak),
             "blocks": str(snap.blocks),
             **_memory_extra(snap.traced, tracer_memory(), memory()),
+            # The agent's, for ``heapwatch leaks`` to score as it did.
+            **({} if leak_window is None else {"leak_window": f"{leak_window!r}s"}),
         },
     )
 
 
-def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Generator[RawTrace, None, None]:
-    """Every trace of ``snap`` (taken with traces), about ``batch`` at a time.
+def iter_traces(
+    snap: _core.Snapshot, batch: int = _TRACE_BATCH
+) -> Generator[AgedTrace, None, None]:
+    """Every trace of ``snap`` (taken with traces) with its age, as the
+    writer takes them (``(trace, age)``), about ``batch`` at a time, each
+    batch by age.
 
     ``Snapshot.traces()`` builds one Python tuple per trace; asking for the
     tracebacks a mask selects, a few at a time, bounds the tuples alive to
@@ -136,7 +149,7 @@ def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Generator[Ra
     the snapshot and a batch of traces.
     """
     if snap.ntraces <= batch:
-        yield from snap.traces()
+        yield from _paired(snap.traces(ages=True))
         return
     rows = snap.tracebacks()
     exact = snap.mode == "exact"
@@ -149,13 +162,39 @@ def iter_traces(snap: _core.Snapshot, batch: int = _TRACE_BATCH) -> Generator[Ra
         selected.append(index)
         planned += count if exact else size // interval + 1
         if planned >= batch:
-            yield from snap.traces(bytes(mask))
+            yield from _paired(snap.traces(bytes(mask), ages=True))
             for chosen in selected:
                 mask[chosen] = 0
             selected.clear()
             planned = 0
     if selected:
-        yield from snap.traces(bytes(mask))
+        yield from _paired(snap.traces(bytes(mask), ages=True))
+
+
+def _paired(traces: list[_core.RawAgedTrace]) -> Iterator[AgedTrace]:
+    # By age: the writer adds a record each time the age changes, and the
+    # core's order (its hash table's) changes it at nearly every trace.
+    traces.sort(key=_AGE)
+    for domain, size, frames, total_nframe, age in traces:
+        yield (domain, size, frames, total_nframe), age
+
+
+def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeClock:
+    """What turns the ages of ``snap`` (taken at ``at``) into durations.
+
+    Its epoch began no later than the agent's cycle that started it
+    published its result, and in any case before ``at``; each earlier epoch
+    lasted at least the agent's interval (a cycle starts one, then the agent
+    waits that long), or an unknown time without an agent.
+    """
+    started = at
+    interval = 0.0
+    if agent is not None:
+        interval = agent.config.interval
+        result = agent.readings().result
+        if result is not None and result.epoch == snap.epoch:
+            started = min(at, result.timestamp)
+    return AgeClock(snap.epoch, started, interval)
 
 
 def dump_name(timestamp: float, pid: int, sequence: int) -> str:
@@ -167,7 +206,10 @@ def dump_name(timestamp: float, pid: int, sequence: int) -> str:
 
 
 def write_dump_file(
-    directory: str, name: str, header: DumpHeader, traces: Iterator[RawTrace]
+    directory: str,
+    name: str,
+    header: DumpHeader,
+    traces: Union[Iterator[RawTrace], Iterator[AgedTrace]],
 ) -> str:
     """Writes a dump as ``directory/name`` and returns its path.
 
@@ -515,7 +557,14 @@ class DumpService:
             ntraces = snap.ntraces
             traces = iter_traces(snap)
             try:
-                header = dump_header(snap, trigger=trigger, clock=self.clock)
+                now = self.clock()
+                header = dump_header(
+                    snap,
+                    trigger=trigger,
+                    clock=lambda: now,
+                    ages=age_clock(snap, now, self.agent),
+                    leak_window=self.config.leak_window,
+                )
                 self._sequence += 1
                 name = dump_name(header.timestamp, header.pid, self._sequence)
                 path = write_dump_file(directory, name, header, traces)

@@ -8,17 +8,43 @@ every frame, repeats included) and weighs each trace as the C core does
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from heapwatch.formats.estimates import Weigh, round_count
+from heapwatch.formats.estimates import Weigh, round_count, weigher
 from heapwatch.tracemalloc.objects import Statistic, Traceback
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
-    from heapwatch._core import Frames, KeyType, RawTrace
+    from heapwatch._core import Frames, KeyType, Mode, RawTrace
 
-__all__ = ["group_traces"]
+__all__ = ["Grouped", "group_counted", "group_traces"]
+
+
+class Grouped(NamedTuple):
+    by_traceback: dict[Traceback, Statistic]
+    total: tuple[int, int]
+    """The traces' own (size, count): a cumulative grouping counts a block
+    under each of its frames, this once."""
+
+
+def group_counted(
+    traces: Iterable[RawTrace], key_type: KeyType, cumulative: bool, mode: Mode, interval: int
+) -> Grouped:
+    """group_traces() of traces sampled (or not) as ``mode`` says, with their
+    total counted in the same pass: the traces may be a stream."""
+    weigh = weigher(mode, interval)
+    total = [0, 0]
+
+    def counted() -> Iterator[RawTrace]:
+        for trace in traces:
+            size, count_fp = weigh(trace[1])
+            total[0] += size
+            total[1] += count_fp
+            yield trace
+
+    grouped = group_traces(counted(), key_type, cumulative, weigh)
+    return Grouped(grouped, (total[0], round_count(total[1])))
 
 
 def group_traces(

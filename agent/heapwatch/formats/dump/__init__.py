@@ -5,12 +5,22 @@ the byte layout).  ``format`` defines it, ``writer`` writes it, ``reader``
 reads it without ever unpickling or trusting a length from the file.
 """
 
-from heapwatch.formats.dump.format import FORMAT_VERSION, Dump, DumpError, DumpHeader, RawTrace
+from heapwatch.formats.dump.format import (
+    FORMAT_VERSION,
+    AgeClock,
+    AgedTrace,
+    Dump,
+    DumpError,
+    DumpHeader,
+    RawTrace,
+)
 from heapwatch.formats.dump.reader import iter_dump, read_dump, sniff
 from heapwatch.formats.dump.writer import process_header, write_dump
 
 __all__ = [
     "FORMAT_VERSION",
+    "AgeClock",
+    "AgedTrace",
     "Dump",
     "DumpError",
     "DumpHeader",

@@ -38,6 +38,7 @@ __all__ = [
     "PREAMBLE",
     "PREAMBLE_SIZE",
     "RECORD_NAMES",
+    "REC_AGE",
     "REC_END",
     "REC_EXTENSION_MIN",
     "REC_HEADER",
@@ -46,6 +47,8 @@ __all__ = [
     "REC_TRACEBACK",
     "REC_TRACE_DOMAIN",
     "U32",
+    "AgeClock",
+    "AgedTrace",
     "Dump",
     "DumpError",
     "DumpHeader",
@@ -62,13 +65,17 @@ __all__ = [
 RawTrace = tuple[int, int, tuple[tuple[str, int], ...], int]
 
 Frames = tuple[tuple[str, int], ...]
+#: A trace with its age: how many epochs (the agent's cycles) before the
+#: snapshot it was recorded, as ``heapwatch._core.Snapshot.traces(ages=True)``
+#: gives it; None for a trace of a dump that carries no ages.
+AgedTrace = tuple[RawTrace, Union[int, None]]
 PathArg = Union[str, "os.PathLike[str]"]
 
 #: The format's major version: a reader refuses files of a newer major version.
 FORMAT_VERSION = 1
 #: The minor version this module writes; readers accept every minor version of
 #: their major version (minor versions only add what older readers may skip).
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 
 # PNG-style magic: the high-bit first byte catches 7-bit transports, the name
 # makes `head -c 16` readable, CR LF and LF catch newline translation, ^Z stops
@@ -91,6 +98,9 @@ REC_TRACE = 0x04
 REC_TRACE_DOMAIN = 0x05
 REC_END = 0x7F
 REC_EXTENSION_MIN = 0x80
+# Format 1.1: the traces that follow are this many epochs old.  An extension
+# record, so that 1.0 readers skip it and read the traces without their ages.
+REC_AGE = 0x80
 RECORD_NAMES = {
     REC_HEADER: "header",
     REC_STRING: "string",
@@ -98,6 +108,7 @@ RECORD_NAMES = {
     REC_TRACE: "trace",
     REC_TRACE_DOMAIN: "trace",
     REC_END: "end",
+    REC_AGE: "age",
 }
 
 MODES = ("exact", "sample")
@@ -124,6 +135,47 @@ class DumpError(HeapwatchError, ValueError):
 
 
 @dataclass(frozen=True)
+class AgeClock:
+    """What turns a trace's age, in epochs, into seconds.
+
+    ``epoch`` is the snapshot's epoch (its traces of age 0 were recorded in
+    it); ``started`` a unix time no earlier than that epoch began; each
+    earlier epoch lasted at least ``interval`` seconds (the agent's
+    ``HEAPWATCH_INTERVAL``: a cycle starts an epoch, then waits that long;
+    0 when unknown).  So a trace of age ``a >= 1`` was recorded before the
+    epoch ``a - 1`` after its own began: at least ``at - started + (a - 1) *
+    interval`` seconds before ``at``, which ``min_seconds`` gives.
+    """
+
+    epoch: int
+    started: float
+    interval: float
+
+    def min_seconds(self, age: int, at: float) -> float:
+        """How long before ``at`` a trace of ``age`` epochs was at least recorded."""
+        if age <= 0:
+            return 0.0
+        return max(0.0, at - self.started) + (age - 1) * self.interval
+
+    def youngest_age(self, seconds: float, at: float) -> int | None:
+        """The fewest epochs of age that make a trace surely ``seconds`` old
+        at ``at`` (0 when ``seconds`` is 0), or None when no age does (epochs
+        of unknown length)."""
+        if seconds <= 0:
+            return 0
+        since_start = max(0.0, at - self.started)
+        if since_start >= seconds:
+            return 1
+        if self.interval <= 0:
+            return None
+        age = 1 + max(0, math.ceil((seconds - since_start) / self.interval))
+        # ceil() of a quotient rounded down by one ulp: one epoch more.
+        while self.min_seconds(age, at) < seconds:
+            age += 1
+        return age
+
+
+@dataclass(frozen=True)
 class DumpHeader:
     """How a snapshot was taken: everything a dump says besides its traces."""
 
@@ -134,14 +186,19 @@ class DumpHeader:
     sample_interval: int
     traceback_limit: int
     extra: Mapping[str, str] = field(default_factory=dict)
+    ages: AgeClock | None = None
+    """Set when every trace carries its age (format 1.1 on)."""
 
 
 @dataclass(frozen=True)
 class Dump:
-    """A whole dump: its header and every trace, in the order written."""
+    """A whole dump: its header and every trace, in the order written; with
+    ``header.ages``, ``ages`` holds each trace's age in epochs, in the same
+    order (else it is None)."""
 
     header: DumpHeader
     traces: list[RawTrace]
+    ages: list[int] | None = None
 
 
 # --------------------------------------------------------------------------
@@ -169,6 +226,7 @@ def header_problem(header: DumpHeader) -> str | None:
             f"traceback_limit must be an int in 1..{MAX_FRAMES}",
         ),
         (isinstance(header.extra, Mapping), "extra must be a mapping of str to str"),
+        (header.ages is None or isinstance(header.ages, AgeClock), "ages must be an AgeClock"),
     ]
     for ok, problem in checks:
         if not ok:
@@ -180,7 +238,21 @@ def header_problem(header: DumpHeader) -> str | None:
     for key, value in header.extra.items():
         if not isinstance(key, str) or not isinstance(value, str):
             return f"extra must map str to str; {key!r}: {value!r} does not"
+    return None if header.ages is None else _clock_problem(header.ages)
+
+
+def _clock_problem(clock: AgeClock) -> str | None:
+    if not (is_int(clock.epoch) and 0 <= clock.epoch <= MAX_U64):
+        return f"the ages' epoch must be an int in 0..2**64-1, not {clock.epoch!r}"
+    if not _is_finite(clock.started):
+        return f"the ages' started must be a finite float, not {clock.started!r}"
+    if not (_is_finite(clock.interval) and clock.interval >= 0):
+        return f"the ages' interval must be a finite float >= 0, not {clock.interval!r}"
     return None
+
+
+def _is_finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_int(value: object) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO, Literal, Union
+from typing import Any, BinaryIO, Literal, Union, overload
 
 from heapwatch.formats.dump.format import (
     COMPRESSION_NONE,
@@ -34,6 +34,7 @@ from heapwatch.formats.dump.format import (
     MODES,
     PREAMBLE,
     PREAMBLE_SIZE,
+    REC_AGE,
     REC_END,
     REC_EXTENSION_MIN,
     REC_HEADER,
@@ -43,6 +44,8 @@ from heapwatch.formats.dump.format import (
     REC_TRACEBACK,
     RECORD_NAMES,
     U32,
+    AgeClock,
+    AgedTrace,
     Dump,
     DumpError,
     DumpHeader,
@@ -292,6 +295,11 @@ class _Parser:
         self._crc = zlib.crc32(preamble)
         self._where = " (of the decompressed stream)" if compressed else ""
         self._minor = preamble[len(MAGIC) + 1]
+        self.clock: AgeClock | None = None
+        # The age of the traces that follow (-1: no age record yet), and the
+        # ages of the last batch's traces when the dump has ages.
+        self._age = -1
+        self.batch_ages: list[int] | None = None
         self._record_offset = 0  # stream offset of the record a helper parses
         self.nrecords = 0
         self.ntraces = 0
@@ -380,6 +388,7 @@ class _Parser:
                 "malformed: the header's fields run past its length", offset, REC_HEADER
             ) from None
         self.nrecords = 1
+        self.clock = header.ages
         return header
 
     def _parse_header(self, payload: bytes) -> DumpHeader:
@@ -410,6 +419,9 @@ class _Parser:
             if key in extra:
                 raise _Malformed(f"extra key {key!r} appears twice")
             extra[key] = value
+        ages = None
+        if self._minor >= 1:
+            ages, pos = self._parse_clock(payload, pos)
         if pos != len(payload) and self._minor <= FORMAT_MINOR:
             # Newer minor versions may append fields; this one has no more.
             raise _Malformed(f"{len(payload) - pos} unexpected bytes after the header's fields")
@@ -421,19 +433,39 @@ class _Parser:
             sample_interval=sample_interval,
             traceback_limit=traceback_limit,
             extra=extra,
+            ages=ages,
         )
         problem = header_problem(header)
         if problem is not None:
             raise _Malformed(problem)
         return header
 
+    @staticmethod
+    def _parse_clock(payload: bytes, pos: int) -> tuple[AgeClock | None, int]:
+        """The header's ages (format 1.1 on): a flag, then the clock."""
+        flag, pos = _varint_at(payload, pos)
+        if flag == 0:
+            return None, pos
+        if flag != 1:
+            raise _Malformed(f"the ages flag is {flag}; 0 (no ages) or 1 (ages) is allowed")
+        epoch, pos = _varint_at(payload, pos)
+        if pos + 2 * F64.size > len(payload):
+            raise IndexError
+        (started,) = F64.unpack_from(payload, pos)
+        (interval,) = F64.unpack_from(payload, pos + F64.size)
+        return AgeClock(epoch, started, interval), pos + 2 * F64.size
+
     def read_batch(self, limit: int) -> list[RawTrace]:
         """Up to limit traces (fewer only when the dump is finished); parses
-        the end record and checks the dump's integrity when it reaches it."""
+        the end record and checks the dump's integrity when it reaches it.
+        When the dump has ages, ``batch_ages`` then holds the traces' ages."""
         out: list[RawTrace] = []
         if self.finished:
             return out
         append = out.append
+        ages: list[int] | None = [] if self.clock is not None else None
+        self.batch_ages = ages
+        age = self._age
         tracebacks = self._tracebacks
         totals = self._totals
         cache = self._trace_cache
@@ -490,6 +522,10 @@ class _Parser:
                             cache.clear()
                         trace = cache[(tb_id, size)] = (0, size, tracebacks[tb_id], totals[tb_id])
                     append(trace)
+                    if ages is not None:
+                        if age < 0:
+                            raise _Malformed("a trace before any age record (the dump has ages)")
+                        ages.append(age)
                     nrecords += 1
                     remaining -= 1
                     if not remaining:
@@ -503,6 +539,10 @@ class _Parser:
                     if domain > MAX_DOMAIN:
                         raise _Malformed(f"domain {domain} exceeds 32 bits")
                     append((domain, size, tracebacks[tb_id], totals[tb_id]))
+                    if ages is not None:
+                        if age < 0:
+                            raise _Malformed("a trace before any age record (the dump has ages)")
+                        ages.append(age)
                     nrecords += 1
                     remaining -= 1
                     if not remaining:
@@ -519,6 +559,9 @@ class _Parser:
                         pos = self._read_end(pos + 1, self.ntraces + len(out))
                         nrecords += 1
                         break
+                    elif tag == REC_AGE and self._minor >= 1:
+                        pos = self._read_age(pos + 1)
+                        age = self._age
                     elif tag >= REC_EXTENSION_MIN:
                         pos = self._skip_extension(pos + 1)
                     elif tag == REC_HEADER:
@@ -591,6 +634,27 @@ class _Parser:
         self._tracebacks.append(tuple(frames))
         self._totals.append(total_nframe)
         return pos
+
+    def _read_age(self, pos: int) -> int:
+        length, pos = _varint_at(self._buf, pos)
+        if not 1 <= length <= MAX_VARINT_BYTES:
+            raise _Malformed(
+                f"age record length {length}: an age is one varint, 1 to {MAX_VARINT_BYTES} bytes"
+            )
+        if len(self._buf) - pos < length:
+            pos = self._refill(pos, length)
+        if len(self._buf) - pos < length:
+            raise IndexError
+        age, end = _varint_at(self._buf, pos)
+        if end != pos + length:
+            raise _Malformed(f"the age record says {length} bytes, its varint takes {end - pos}")
+        clock = self.clock
+        if clock is None:
+            raise _Malformed("an age record, but the header says the traces carry no ages")
+        if age > clock.epoch:
+            raise _Malformed(f"age {age} exceeds the dump's epoch {clock.epoch}")
+        self._age = age
+        return end
 
     def _skip_extension(self, pos: int) -> int:
         length, pos = _varint_at(self._buf, pos)
@@ -672,8 +736,11 @@ def read_dump(
     try:
         header = parser.read_header()
         traces: list[RawTrace] = []
+        ages: list[int] | None = None if header.ages is None else []
         while not parser.finished:
             traces += parser.read_batch(_BATCH)
+            if ages is not None and parser.batch_ages is not None:
+                ages += parser.batch_ages
             if max_traces is not None and len(traces) > max_traces:
                 raise DumpError(
                     f"{parser.name} holds more than max_traces={max_traces} traces "
@@ -681,22 +748,33 @@ def read_dump(
                 )
     finally:
         raw.close()
-    return Dump(header, traces)
+    return Dump(header, traces, ages)
 
 
-class _TraceIterator(Iterator[RawTrace]):
-    """Yields a dump's traces batch by batch; closes the file it opened at the
-    end, on close(), or when collected."""
+class _TraceIterator(Iterator[Any]):
+    """Yields a dump's traces (with ``with_ages``, (trace, age) pairs) batch
+    by batch; closes the file it opened at the end, on close(), or when
+    collected."""
 
-    def __init__(self, raw: _Input, parser: _Parser) -> None:
+    def __init__(self, raw: _Input, parser: _Parser, with_ages: bool) -> None:
         self._raw: _Input | None = raw
         self._parser = parser
-        self._batch: Iterator[RawTrace] = iter(())
+        self._with_ages = with_ages
+        self._batch: Iterator[Any] = iter(())
 
     def __iter__(self) -> _TraceIterator:
         return self
 
-    def __next__(self) -> RawTrace:
+    def _next_batch(self) -> Iterator[Any]:
+        traces = self._parser.read_batch(_BATCH)
+        if not self._with_ages:
+            return iter(traces)
+        ages = self._parser.batch_ages
+        if ages is None:
+            return ((trace, None) for trace in traces)
+        return zip(traces, ages)
+
+    def __next__(self) -> Any:
         while True:
             trace = next(self._batch, None)
             if trace is not None:
@@ -705,7 +783,7 @@ class _TraceIterator(Iterator[RawTrace]):
                 self.close()
                 raise StopIteration
             try:
-                self._batch = iter(self._parser.read_batch(_BATCH))
+                self._batch = self._next_batch()
             except BaseException:
                 self.close()
                 raise
@@ -726,12 +804,31 @@ class _TraceIterator(Iterator[RawTrace]):
         self.close()
 
 
+@overload
 def iter_dump(
-    source: Union[PathArg, BinaryIO], *, max_inflate_ratio: float = _DEFAULT_MAX_INFLATE_RATIO
-) -> tuple[DumpHeader, Iterator[RawTrace]]:
+    source: Union[PathArg, BinaryIO],
+    *,
+    max_inflate_ratio: float = ...,
+    ages: Literal[False] = False,
+) -> tuple[DumpHeader, Iterator[RawTrace]]: ...
+
+
+@overload
+def iter_dump(
+    source: Union[PathArg, BinaryIO], *, max_inflate_ratio: float = ..., ages: Literal[True]
+) -> tuple[DumpHeader, Iterator[AgedTrace]]: ...
+
+
+def iter_dump(
+    source: Union[PathArg, BinaryIO],
+    *,
+    max_inflate_ratio: float = _DEFAULT_MAX_INFLATE_RATIO,
+    ages: bool = False,
+) -> tuple[DumpHeader, Iterator[Any]]:
     """The header of the dump in source, read now, and an iterator over its
     traces, read as it advances (memory stays bounded whatever the dump's
-    size).
+    size).  With ``ages``, the iterator yields (trace, age) pairs: age in
+    epochs, None when the dump carries no ages (``header.ages`` is None).
 
     The header's errors are raised here; the traces' errors (truncation,
     corruption, checksum) by the iterator, possibly after it has yielded
@@ -746,7 +843,7 @@ def iter_dump(
     except BaseException:
         raw.close()
         raise
-    return header, _TraceIterator(raw, parser)
+    return header, _TraceIterator(raw, parser, ages)
 
 
 def sniff(source: Union[PathArg, bytes]) -> Literal["heapwatch", "pickle", "unknown"]:

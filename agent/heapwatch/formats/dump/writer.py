@@ -13,7 +13,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import BinaryIO, Union
+from typing import BinaryIO, Union, cast
 
 from heapwatch.formats.dump.format import (
     COMPRESSION_NONE,
@@ -30,6 +30,7 @@ from heapwatch.formats.dump.format import (
     MAX_U64,
     MODES,
     PREAMBLE,
+    REC_AGE,
     REC_END,
     REC_HEADER,
     REC_STRING,
@@ -37,6 +38,8 @@ from heapwatch.formats.dump.format import (
     REC_TRACE_DOMAIN,
     REC_TRACEBACK,
     U32,
+    AgeClock,
+    AgedTrace,
     DumpError,
     DumpHeader,
     Frames,
@@ -115,6 +118,14 @@ def _header_record(header: DumpHeader) -> bytes:
     for key, value in header.extra.items():
         put_str(key, f"the header's extra key {key!r}")
         put_str(value, f"the header's extra value for {key!r}")
+    clock = header.ages
+    if clock is None:
+        payload += encode_varint(0)
+    else:
+        payload += encode_varint(1)
+        payload += encode_varint(clock.epoch)
+        payload += F64.pack(float(clock.started))
+        payload += F64.pack(float(clock.interval))
     if len(payload) > MAX_HEADER_BYTES:
         raise DumpError(
             f"cannot write the dump header: {len(payload)} bytes, the format's limit is "
@@ -126,13 +137,17 @@ def _header_record(header: DumpHeader) -> bytes:
 def write_dump(
     target: Union[PathArg, BinaryIO],
     header: DumpHeader,
-    traces: Iterable[RawTrace],
+    traces: Union[Iterable[RawTrace], Iterable[AgedTrace]],
     *,
     compress: bool = True,
     compresslevel: int = 1,
 ) -> None:
     """Writes header and traces as a dump to target (a path, or a binary file
     open for writing, which is left open).
+
+    With ``header.ages`` set, each trace is a ``(trace, age)`` pair, age
+    the epochs since it was recorded (0 to ``header.ages.epoch``); else a
+    plain trace.
 
     Streams: traces may be any iterable (a generator of millions); memory is
     proportional to the distinct tracebacks and filenames, not to the traces.
@@ -161,7 +176,11 @@ def write_dump(
 
 
 def _write(
-    fp: BinaryIO, header: DumpHeader, traces: Iterable[RawTrace], compress: bool, level: int
+    fp: BinaryIO,
+    header: DumpHeader,
+    traces: Union[Iterable[RawTrace], Iterable[AgedTrace]],
+    compress: bool,
+    level: int,
 ) -> None:
     header_record = _header_record(header)
     sink = _Sink(fp, compress, level)
@@ -177,9 +196,24 @@ def _write(
     # producer build a new tuple per trace.
     by_identity: dict[int, tuple[Frames, int, bytes, bytes]] = {}
     ntraces = 0
-    for trace in traces:
+    max_age = -1 if header.ages is None else header.ages.epoch
+    last_age: object = None
+    item: object
+    for item in traces:
+        trace = item
         try:
-            domain, size, frames, total_nframe = trace
+            if max_age >= 0:
+                trace, age = cast("AgedTrace", item)
+                if age != last_age:
+                    # A trace is no older than the epochs before the dump's.
+                    if not (type(age) is int and 0 <= age <= max_age):
+                        raise DumpError(f"age {age!r} is not an int in 0..{max_age} (the epoch)")
+                    age_data = encode_varint(age)
+                    out.append(REC_AGE)
+                    out += encode_varint(len(age_data))
+                    out += age_data
+                    last_age = age
+            domain, size, frames, total_nframe = cast("RawTrace", trace)
             hit = by_identity.get(id(frames))
             if hit is None or hit[0] is not frames or hit[1] != total_nframe:
                 tb_id = tracebacks.get((frames, total_nframe))
@@ -212,11 +246,13 @@ def _write(
             else:
                 raise DumpError(f"size {size!r} is not an int in 0..2**64-1")
         except DumpError as exc:
-            raise DumpError(f"cannot write trace #{ntraces} {_short(trace)}: {exc}") from None
+            raise DumpError(f"cannot write trace #{ntraces} {_short(item)}: {exc}") from None
         except (TypeError, ValueError) as exc:
+            shape = "(domain, size, frames, total_nframe)"
+            if max_age >= 0:
+                shape = f"({shape}, age)"
             raise DumpError(
-                f"cannot write trace #{ntraces} {_short(trace)}: not a "
-                f"(domain, size, frames, total_nframe) trace ({exc})"
+                f"cannot write trace #{ntraces} {_short(item)}: not a {shape} trace ({exc})"
             ) from exc
         ntraces += 1
         if len(out) >= _WRITE_CHUNK:
@@ -278,9 +314,11 @@ def process_header(
     traceback_limit: int,
     extra: Mapping[str, str] | None = None,
     clock: Callable[[], float] = time.time,
+    ages: AgeClock | None = None,
 ) -> DumpHeader:
     """The header of a snapshot of this process taken now: its Python
-    version, pid and the time, with the snapshot's own figures."""
+    version, pid and the time, with the snapshot's own figures (``ages``
+    when its traces carry them)."""
     return DumpHeader(
         python_version=sys.version.split()[0],  # as platform.python_version()
         pid=os.getpid(),
@@ -289,4 +327,5 @@ def process_header(
         sample_interval=sample_interval,
         traceback_limit=traceback_limit,
         extra={} if extra is None else dict(extra),
+        ages=ages,
     )

@@ -1,0 +1,310 @@
+"""``heapwatch leaks DUMP DUMP...``: the leak suspects of one process from a
+series of its dumps, scored by the agent's own scorer
+(``heapwatch.agent.leaks``) and shown as ``/debug/heapwatch/leaks`` shows them.
+
+The agent scores a site each cycle from its live bytes and its bytes at
+least ``OLD_EPOCHS`` cycles old.  A dump holds each live trace's age, so the
+dumps say what part of those series survived: at the start of epoch k, the
+traces of a later dump recorded before k were live, and those recorded
+before k - OLD_EPOCHS were old.  The series rebuilt so are lower bounds,
+exact for memory never freed (a leak); the dumps of one process give the
+tightest (the highest) of them.  Only the epochs from the first dump on are
+scored: before it, what survived cannot tell a leak from a cache that
+evicts its oldest entries (both leave memory of every age), while a later
+dump shows what was freed since an earlier one.  Epochs are dated by the
+dumps' clocks, between two dumps linearly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from heapwatch.agent.config import DEFAULTS, parse_leak_window
+from heapwatch.agent.leaks import (
+    FLOOR_BYTES,
+    OLD_EPOCHS,
+    SPANS,
+    SUSPECT,
+    LeakTracker,
+    Observation,
+    observed,
+    ranked,
+)
+from heapwatch.cli.dump_input import (
+    InputError,
+    add_pickle_option,
+    limit_type,
+    print_text,
+    run_guarded,
+    when,
+)
+from heapwatch.formats.dump import AgeClock, DumpHeader, iter_dump, sniff
+from heapwatch.formats.estimates import round_count, weigher
+from heapwatch.formats.leak_report import (
+    LeakReport,
+    format_leaks_text,
+    leaks_to_json,
+    suspect_of,
+)
+
+if TYPE_CHECKING:
+    from heapwatch._core import Frames
+
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = ["add_parser"]
+
+Site = tuple[str, int]
+
+
+class _Dump(NamedTuple):
+    path: str
+    header: DumpHeader
+    clock: AgeClock
+    by_epoch: dict[Site, tuple[list[int], list[int]]]
+    """Per site: the epochs its live traces were recorded in (ascending) and
+    the bytes recorded up to each of them (a running sum)."""
+    tracebacks: dict[Frames, tuple[int, int, list[int]]]
+    """Per traceback: bytes, blocks and bytes by age bucket."""
+
+
+def _age_buckets() -> int:
+    # The core's, its one home (the rule: bucket 0 for age 0, b for [2**(b-1), 2**b)).
+    from heapwatch import _core  # noqa: PLC0415 (the C core: only when used)
+
+    return _core.AGE_BUCKETS
+
+
+def _read(path: str, max_inflate_ratio: float | None) -> _Dump:
+    if sniff(path) == "pickle":
+        raise InputError(f"{path}: a pickle: its traces carry no ages (the agent's dumps do)")
+    ratio = {} if max_inflate_ratio is None else {"max_inflate_ratio": max_inflate_ratio}
+    header, pairs = iter_dump(path, ages=True, **ratio)
+    clock = header.ages
+    if clock is None:
+        pairs.close()  # type: ignore[attr-defined]
+        raise InputError(
+            f"{path}: its traces carry no ages (a dump written before format 1.1): "
+            "heapwatch leaks reads the agent's dumps"
+        )
+    weigh = weigher(header.mode, header.sample_interval)  # type: ignore[arg-type]
+    nbuckets = _age_buckets()
+    epochs: dict[Site, dict[int, int]] = {}
+    sums: dict[Frames, list[Any]] = {}
+    for trace, age in pairs:
+        assert age is not None  # a dump with ages gives one per trace
+        size, count_fp = weigh(trace[1])
+        frames = trace[2]
+        site = frames[0]
+        epoch = clock.epoch - age
+        per = epochs.setdefault(site, {})
+        per[epoch] = per.get(epoch, 0) + size
+        row = sums.get(frames)
+        if row is None:
+            row = sums[frames] = [0, 0, [0] * nbuckets]
+        row[0] += size
+        row[1] += count_fp
+        row[2][min(age.bit_length(), nbuckets - 1)] += size
+    by_epoch: dict[Site, tuple[list[int], list[int]]] = {}
+    for site, per in epochs.items():
+        ordered = sorted(per)
+        running, total = [], 0
+        for epoch in ordered:
+            total += per[epoch]
+            running.append(total)
+        by_epoch[site] = (ordered, running)
+    tracebacks = {frames: (row[0], round_count(row[1]), row[2]) for frames, row in sums.items()}
+    return _Dump(path, header, clock, by_epoch, tracebacks)
+
+
+def _recorded_by(dump: _Dump, site: Site, epoch: int) -> int:
+    """Bytes of the site's live traces in ``dump`` recorded in ``epoch`` or before."""
+    series = dump.by_epoch.get(site)
+    if series is None:
+        return 0
+    index = bisect.bisect_right(series[0], epoch)
+    return series[1][index - 1] if index else 0
+
+
+def _process(dump: _Dump) -> tuple[int, str | None]:
+    return dump.header.pid, dump.header.extra.get("hostname")
+
+
+def _checked(dumps: list[_Dump]) -> list[_Dump]:
+    first = dumps[0]
+    for dump in dumps[1:]:
+        if _process(dump) != _process(first):
+            pid, host = _process(dump)
+            raise InputError(
+                f"{dump.path} is a dump of pid {pid} on {host or 'an unknown host'}, "
+                f"{first.path} of pid {first.header.pid} on "
+                f"{first.header.extra.get('hostname') or 'an unknown host'}: heapwatch leaks "
+                "reads a series of dumps of one process"
+            )
+        if (dump.header.mode, dump.header.sample_interval) != (
+            first.header.mode,
+            first.header.sample_interval,
+        ):
+            raise InputError(
+                f"{dump.path} was taken in {dump.header.mode} mode, {first.path} in "
+                f"{first.header.mode} mode (or at another sample interval): not one series"
+            )
+    dumps = sorted(dumps, key=lambda d: (d.clock.epoch, d.header.timestamp))
+    last = dumps[-1]
+    if not last.clock.interval > 0:
+        raise InputError(
+            f"{last.path}: its epochs are of unknown length (no agent cycled them): "
+            "they cannot be dated"
+        )
+    return dumps
+
+
+class _Dates:
+    """When each epoch began: between two dumps' epochs linearly (before the
+    first dump's at the agent's interval, for a clock that went back)."""
+
+    def __init__(self, dumps: list[_Dump]) -> None:
+        self.epochs: list[int] = []
+        self.times: list[float] = []
+        for dump in dumps:
+            epoch, started = dump.clock.epoch, dump.clock.started
+            if self.epochs and (epoch <= self.epochs[-1] or started <= self.times[-1]):
+                continue  # the same epoch again, or a clock that went back
+            self.epochs.append(epoch)
+            self.times.append(started)
+        self.interval = dumps[-1].clock.interval
+
+    def __call__(self, epoch: int) -> float:
+        if epoch <= self.epochs[0]:
+            return self.times[0] - (self.epochs[0] - epoch) * self.interval
+        index = bisect.bisect_left(self.epochs, epoch)
+        e0, e1 = self.epochs[index - 1], self.epochs[index]
+        t0, t1 = self.times[index - 1], self.times[index]
+        return t0 + (t1 - t0) * (epoch - e0) / (e1 - e0)
+
+
+def _window(options: argparse.Namespace, last: _Dump) -> float:
+    if options.window is not None:
+        return float(options.window)
+    try:  # the agent's own, which its dumps record
+        return parse_leak_window(last.header.extra.get("leak_window", ""))
+    except ValueError:
+        return DEFAULTS.leak_window
+
+
+def _leaks(options: argparse.Namespace) -> int:
+    if len(options.dumps) < 2:
+        options.parser.error(
+            f"needs at least 2 dumps of one process (a series), got {len(options.dumps)}"
+        )
+    dumps = _checked([_read(path, options.max_inflate_ratio) for path in options.dumps])
+    last = dumps[-1]
+    date = _Dates(dumps)
+    end = last.clock.epoch
+    window = _window(options, last)
+    notes = [
+        f"{len(dumps)} dumps of pid {last.header.pid}, from "
+        f"{when({'timestamp': dumps[0].header.timestamp})} to "
+        f"{when({'timestamp': last.header.timestamp})}; the epochs from the ages of what survived"
+    ]
+    start = dumps[0].clock.epoch
+    history = date(end) - date(start)
+    if window > history:
+        notes.append(f"the window is the {history:.1f}s the dumps cover, not {window:g}s")
+        window = history
+    if not window > 0:
+        raise InputError(f"{last.path}: the dumps cover no time (epoch {end}): nothing to score")
+    # Every span scored must hold a dump before the last: after it, only the
+    # last dump's survivors are known, and a cache that evicts its oldest
+    # entries would grow there like a leak.
+    gap = date(end) - date(dumps[-2].clock.epoch)
+    if gap > SPANS[0] * window:
+        raise InputError(
+            f"the last two dumps are {gap:.1f}s apart, more than {SPANS[0]:g} of the "
+            f"{window:g}s window: what was freed between them is not known; give dumps "
+            f"at most {SPANS[0] * window:.1f}s apart (or a longer --window)"
+        )
+    first = max(start, end - math.ceil(window / date.interval) - 1)
+    sites = {
+        site
+        for dump in dumps
+        for site, (_epochs, running) in dump.by_epoch.items()
+        if running[-1] >= FLOOR_BYTES
+    }
+    tracker: LeakTracker[Site] = LeakTracker(window)
+    interval = last.header.sample_interval if last.header.mode == "sample" else 0
+    previous = -math.inf
+    for epoch in range(first, end + 1):
+        at = max(date(epoch), previous + 1e-6)
+        previous = at
+        later = [dump for dump in dumps if dump.clock.epoch >= epoch]
+        observations: dict[Site, Observation] = {}
+        for site in sites:
+            live = max(_recorded_by(dump, site, epoch - 1) for dump in later)
+            old = max(_recorded_by(dump, site, epoch - OLD_EPOCHS) for dump in later)
+            if live or old:
+                observations[site] = observed(at, live, old, interval)
+        tracker.observe(at, observations)
+    suspects = ranked(tracker.scores().items(), SUSPECT)[: options.limit]
+    rows: dict[Site, list[Any]] = {site: [] for site, _score in suspects}
+    for frames, (size, count, histogram) in last.tracebacks.items():
+        if frames[0] in rows:
+            rows[frames[0]].append((frames, size, count, histogram))
+    at = last.header.timestamp
+    report = LeakReport(
+        tuple(
+            suspect_of(
+                site, (s.score, s.rate, s.series, s.span), rows[site], clock=last.clock, at=at
+            )
+            for site, s in suspects
+        ),
+        window,
+        SUSPECT,
+        last.header.mode,
+        interval,
+        notes=tuple(notes),
+        meta={"files": [dump.path for dump in dumps], "pid": last.header.pid},
+    )
+    if options.json:
+        print_text(json.dumps(leaks_to_json(report)) + "\n")
+    else:
+        print_text(format_leaks_text(report))
+    return 0
+
+
+def _window_type(text: str) -> float:
+    try:
+        return parse_leak_window(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected {exc}, got {text!r}") from None
+
+
+_window_type.__name__ = "duration"
+
+
+def add_parser(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "leaks",
+        help="the leak suspects of a process, from a series of its dumps",
+        description="Scores each line of DUMP... (dumps of one process, taken over time by its "
+        "agent) as the agent scores leaks, and shows the suspects like /debug/heapwatch/leaks: "
+        "their rate, live memory, its ages and the tracebacks holding it.",
+    )
+    parser.add_argument("dumps", metavar="DUMP", nargs="+", help="the agent's dumps, 2 or more")
+    parser.add_argument(
+        "--window",
+        type=_window_type,
+        metavar="DURATION",
+        help="the leak score's window (default: the agent's HEAPWATCH_LEAK_WINDOW, which its "
+        "dumps record, at most the time the dumps cover)",
+    )
+    parser.add_argument(
+        "--limit", type=limit_type, default=10, metavar="N", help="suspects shown (default 10)"
+    )
+    parser.add_argument("--json", action="store_true", help="JSON instead of text")
+    add_pickle_option(parser)
+    parser.set_defaults(func=run_guarded, command=_leaks)

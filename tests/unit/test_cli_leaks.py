@@ -1,0 +1,176 @@
+"""``heapwatch leaks``: the agent's leak score, offline, from the ages in a
+series of dumps.  A model process runs under the agent (the model source, a
+clock moved by hand) while dumps of its traces are written at three of its
+cycles: the command scores the leak as the agent did, to the last digit, and
+suspects neither the churn nor a cache that stopped filling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_model import FakeClock, ModelSource
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch.cli import main
+from heapwatch.formats.dump import AgeClock, DumpHeader, write_dump
+from heapwatch.formats.estimates import round_count, sample_weight
+
+LEAK, CHURN, CACHE = ("app.py", 10), ("app.py", 20), ("cache.py", 5)
+INTERVAL = 65536
+DUMPED_AT = (40, 70, 100)  # over the agent's window, 60 s
+
+
+def dump_model(path: Path, source: ModelSource, now: float, sizes: dict[int, int]) -> str:
+    """The model's live memory as the agent's dump would hold it: one trace
+    per block (its real size; ``sizes`` maps the model's bytes back to it)
+    with its age, and the clock of epochs of 1 s, the current one begun now."""
+    traces = [
+        ((0, sizes[size], (site,), 1), source.epoch - epoch)
+        for site, chunks in source.chunks.items()
+        for epoch, size in chunks
+    ]
+    header = DumpHeader(
+        "3.12.1",
+        4242,
+        now,
+        source.mode,
+        INTERVAL if source.mode == "sample" else 0,
+        1,
+        {"hostname": "web-1", "leak_window": "60.0s"},
+        ages=AgeClock(source.epoch, now, 1.0),
+    )
+    write_dump(str(path), header, traces)
+    return str(path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    try:
+        status = main(list(argv))
+    except SystemExit as exit:
+        status = int(exit.code or 0)
+    out, err = capsys.readouterr()
+    return status, json.loads(out) if out.startswith("{") else out, err
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_offline_scores_agree_with_the_agents(
+    mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Sizes as the model holds them: estimates in sample mode.
+    def weighed(real: int) -> int:
+        return sample_weight(real, INTERVAL)[0] if mode == "sample" else real
+
+    sizes = {weighed(100_000): 100_000, weighed(1_000_000): 1_000_000}
+    source = ModelSource(mode, INTERVAL)
+    clock = FakeClock(1_700_000_000.0)
+    config = AgentConfig(
+        exporters=(), interval=1.0, leak_window=60.0, mode=mode, sample_interval=INTERVAL
+    )
+    agent = Agent(config, source=source, exporters=[], clock=clock, timer=clock)
+    paths = []
+    # Given a process leaking 100 kB an epoch, churning 1 MB, and a cache
+    # that filled in its first 30 epochs, under the agent (a cycle a second)
+    for epoch in range(1, 101):
+        agent.run_cycle()
+        assert source.epoch == epoch
+        if epoch in DUMPED_AT:  # dumped at three cycles
+            paths.append(dump_model(tmp_path / f"{epoch}.hwdump", source, clock(), sizes))
+        source.allocate(*LEAK, weighed(100_000))
+        if epoch > 1:
+            source.free(*CHURN, weighed(1_000_000))
+        source.allocate(*CHURN, weighed(1_000_000))
+        if epoch <= 30:
+            source.allocate(*CACHE, weighed(100_000))
+        clock.advance(1.0)
+    online = agent.leak_scores()
+    # When the dumps are scored offline
+    status, report, err = run(capsys, "leaks", "--json", *reversed(paths))
+    # Then the leak is the one suspect, with the agent's own score and rate
+    assert (status, err) == (0, "")
+    assert [(s["filename"], s["lineno"]) for s in report["suspects"]] == [LEAK]
+    (suspect,) = report["suspects"]
+    assert online[LEAK].score >= 0.5  # a suspect (sampled: noisier, lower)
+    assert suspect["score"] == pytest.approx(online[LEAK].score, abs=1e-9)
+    assert suspect["rate"] == pytest.approx(online[LEAK].rate, rel=1e-9)
+    assert suspect["series"] == online[LEAK].series
+    # and neither the churn nor the cache is a suspect, online either
+    assert online[CHURN].score < 0.5
+    assert online.get(CACHE) is None or online[CACHE].score < 0.5
+    # Its memory is the last dump's: 99 blocks, ages 1 to 99 epochs
+    assert suspect["size"] == 99 * weighed(100_000)
+    blocks = 99 if mode == "exact" else round_count(99 * sample_weight(100_000, INTERVAL)[1])
+    assert suspect["count"] == blocks
+    assert [(band["low"], band["high"]) for band in suspect["ages"]] == [
+        (1, 1),
+        (2, 3),
+        (4, 7),
+        (8, 15),
+        (16, 31),
+        (32, 63),
+        (64, 127),
+    ]
+    assert sum(band["size"] for band in suspect["ages"]) == suspect["size"]
+    assert suspect["ages"][2]["min_seconds"] == 3.0  # 4 epochs of 1 s: 3 whole ones
+    assert suspect["tracebacks"] == [
+        {"size": suspect["size"], "count": blocks, "traceback": [list(LEAK)]}
+    ]
+    assert report["window"] == 60.0
+
+
+def test_the_text_report_lists_each_suspect_with_its_ages_and_tracebacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = ModelSource("exact", 0)
+    paths = []
+    for epoch in range(1, 81):
+        source.next_epoch()
+        if epoch in (20, 50, 80):
+            paths.append(
+                dump_model(tmp_path / f"{epoch}.hwdump", source, 1e9 + epoch, {100_000: 100_000})
+            )
+        source.allocate(*LEAK, 100_000)
+    status, out, err = run(capsys, "leaks", *paths)
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == (
+        "# 3 dumps of pid 4242, from 2001-09-09 01:47:00 UTC to 2001-09-09 01:48:00 UTC; "
+        "the epochs from the ages of what survived"
+    )
+    assert lines[1] == "Leak suspects (score >= 0.50 over a 60s window): 1"
+    assert lines[2].startswith("#1: app.py:10: score ")
+    assert lines[2].endswith(" KiB/s, 7714.8 KiB live in 79 blocks")
+    assert lines[3] == (
+        "    ages in epochs: 1 (>= 0s): 97.7 KiB, 2-3 (>= 1s): 195.3 KiB, "
+        "4-7 (>= 3s): 390.6 KiB, 8-15 (>= 7s): 781.2 KiB, 16-31 (>= 15s): 1562.5 KiB, "
+        "32-63 (>= 31s): 3125.0 KiB, 64-127 (>= 63s): 1562.5 KiB"
+    )
+    assert lines[4:] == ["    7714.8 KiB in 79 blocks:", "      app.py:10"]
+
+
+def test_dumps_too_far_apart_for_the_window_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the last dump but one, only the last dump's survivors are known:
+    a cache evicting its oldest entries would grow there like a leak."""
+    source = ModelSource("exact", 0)
+    paths = []
+    for epoch in range(1, 101):
+        source.next_epoch()
+        if epoch in (90, 100):
+            paths.append(
+                dump_model(tmp_path / f"{epoch}.hwdump", source, 1e9 + epoch, {100_000: 100_000})
+            )
+        source.allocate(*CACHE, 100_000)
+        if len(source.chunks[CACHE]) > 40:  # keeps its last 40 entries
+            source.chunks[CACHE].pop(0)
+    status, out, err = run(capsys, "leaks", *paths)
+    assert (status, out) == (1, "")
+    assert err == (
+        "heapwatch leaks: the last two dumps are 10.0s apart, more than 0.6 of the 10s window: "
+        "what was freed between them is not known; give dumps at most 6.0s apart (or a longer "
+        "--window)\n"
+    )
