@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NamedTuple
 
-__all__ = ["DEFAULT_TESTS", "WAYS", "FileResult", "main", "run_file"]
+__all__ = ["DEFAULT_TESTS", "WAYS", "FileResult", "Watch", "main", "run_file"]
 
 # 50 files: threads, signals, fork, subprocess, gc, weakref, finalization,
 # asyncio, ctypes, the C API, pickling, io, and what the agent's own
@@ -263,10 +263,18 @@ def _failed_tests(xml_path: Path) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(failed), frozenset(names)
 
 
-def run_file(python: str, name: str, way: str, stall: float, limit: float) -> Run:
+class Watch(NamedTuple):
+    """When a run counts as hung."""
+
+    stall: float
+    """Seconds it may print nothing."""
+    limit: float
+    """Seconds it may take in all."""
+
+
+def run_file(python: str, name: str, way: str, watch: Watch) -> Run:
     """Runs one test file one way, in a scratch directory of its own; a run
-    that prints nothing for ``stall`` seconds, or runs ``limit`` seconds, is
-    killed as a hang (status TIMEOUT)."""
+    that ``watch`` finds hung is killed (status TIMEOUT)."""
     scratch = Path(tempfile.mkdtemp(prefix=f"guest-{way}-{name}-"))
     xml_path = scratch / "junit.xml"
     started = time.monotonic()
@@ -290,7 +298,7 @@ def run_file(python: str, name: str, way: str, stall: float, limit: float) -> Ru
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a hang's kill reaches its children too
             )
-            status = "" if _wait_while_printing(proc, output, stall, limit) else "TIMEOUT"
+            status = "" if _wait_while_printing(proc, output, watch) else "TIMEOUT"
             if status:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -307,11 +315,10 @@ def run_file(python: str, name: str, way: str, stall: float, limit: float) -> Ru
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _wait_while_printing(
-    proc: subprocess.Popen[bytes], output: IO[str], stall: float, limit: float
-) -> bool:
+def _wait_while_printing(proc: subprocess.Popen[bytes], output: IO[str], watch: Watch) -> bool:
     """Waits for ``proc`` while its output grows; False once it has printed
-    nothing for ``stall`` seconds or run for ``limit`` seconds."""
+    nothing for ``watch.stall`` seconds or run for ``watch.limit`` seconds."""
+    stall, limit = watch
     started = last_change = time.monotonic()
     size = -1
     while True:
@@ -357,13 +364,13 @@ def _added(name: str, untraced: Run, traced: Run) -> tuple[str, list[str]]:
 
 
 def _schedule(
-    python: str, jobs: int, stall: float, limit: float, tasks: Sequence[tuple[str, str]]
+    python: str, jobs: int, watch: Watch, tasks: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], Run]:
     """Runs every (file, way) with ``jobs`` at a time, printing each as it ends."""
     runs: dict[tuple[str, str], Run] = {}
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         futures = {
-            pool.submit(run_file, python, name, way, stall, limit): (name, way) for name, way in tasks
+            pool.submit(run_file, python, name, way, watch): (name, way) for name, way in tasks
         }
         for future in concurrent.futures.as_completed(futures):
             name, way = futures[future]
@@ -373,14 +380,14 @@ def _schedule(
 
 
 def check_files(
-    python: str, names: Sequence[str], ways: Sequence[str], jobs: int, stall: float, limit: float
+    python: str, names: Sequence[str], ways: Sequence[str], jobs: int, watch: Watch
 ) -> list[FileResult]:
     """Runs each file every way; a regression is confirmed by running both
     ways of that file again."""
     # Every way of the slowest files first (the list is ordered by time), so
     # that the jobs end together.
     tasks = [(name, way) for name in names for way in ways]
-    runs = _schedule(python, jobs, stall, limit, tasks)
+    runs = _schedule(python, jobs, watch, tasks)
     results = [FileResult(name, {way: runs[name, way] for way in ways}) for name in names]
     if "untraced" not in ways:
         return results
@@ -400,7 +407,7 @@ def check_files(
         )
         # At most two at a time: a confirmation wants a machine less busy
         # than the first pass had it, or timing tests confirm the load.
-        again = _schedule(python, min(jobs, 2), stall, limit, again_tasks)
+        again = _schedule(python, min(jobs, 2), watch, again_tasks)
         for result, way, added in suspects:
             confirmed, _ = _added(
                 result.name, again[result.name, "untraced"], again[result.name, way]
@@ -548,7 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     tests = resolve(python, tests)
     started = time.monotonic()
-    results = check_files(python, tests, ways, options.jobs, options.stall, options.limit)
+    watch = Watch(options.stall, options.limit)
+    results = check_files(python, tests, ways, options.jobs, watch)
     report = table(results, ways, python)
     stale = stale_differences(results, ways)
     for line in stale:

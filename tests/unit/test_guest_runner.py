@@ -24,7 +24,7 @@ def wait(script: str, stall: float, limit: float) -> bool:
     with tempfile.TemporaryFile("w+") as output:
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=output)
         try:
-            return guest._wait_while_printing(proc, output, stall, limit)
+            return guest._wait_while_printing(proc, output, guest.Watch(stall, limit))
         finally:
             proc.kill()
             proc.wait()
