@@ -330,6 +330,9 @@ class OtelExporter:
     """
 
     name = "otlp"
+    pushes = True
+    """Its reader exports the last readings at shutdown: the agent runs a
+    last cycle for it at the process's exit."""
 
     def __init__(
         self,

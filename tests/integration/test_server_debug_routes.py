@@ -24,8 +24,8 @@ from heapwatch.agent.source import CoreSource
 from heapwatch.cli import main
 from heapwatch.formats.dump import read_dump
 from heapwatch.formats.pprof import decode_profile
-from heapwatch.server.debug_routes import ServedDumpService
 from heapwatch.server.dumps import DumpService, iter_traces
+from heapwatch.server.served_dumps import ServedDumpService
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -58,3 +59,39 @@ def test_import_heapwatch_stays_light() -> None:
     for heavy in ("heapwatch.agent.agent", "heapwatch._core", "prometheus_client", "opentelemetry"):
         assert heavy not in modules
     assert threading == "False"
+
+
+def test_an_agent_that_serves_nothing_starts_light() -> None:
+    # Every process started with HEAPWATCH_ENABLED pays for what the agent
+    # imports, a service's short-lived children included.
+    # Given a fresh interpreter whose agent has no exporter and no token
+    code = (
+        "import sys, heapwatch\n"
+        "agent = heapwatch.start_agent(exporters='none')\n"
+        "assert agent is not None and agent.running\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+        "heapwatch.stop_agent()\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HEAPWATCH_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    )
+    modules = set(done.stdout.split())
+    # Then it imports neither the routes, the formats, the drop-in nor what they need
+    heavy = {
+        "heapwatch.server.debug_routes",
+        "heapwatch.formats.dump",
+        "heapwatch.formats.pprof",
+        "heapwatch.tracemalloc",
+        "dataclasses",
+        "hmac",
+        "json",
+        "socket",
+        "urllib.parse",
+    }
+    assert modules & heavy == set()

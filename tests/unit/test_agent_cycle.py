@@ -462,3 +462,34 @@ def test_a_leak_outside_the_top_sites_gets_a_score_and_a_series_and_churn_does_n
     # and the flat sites score nothing
     assert by_site(result.sites)["big.py", 1].leak_score == 0.0
     assert by_site(result.sites)[leak].leak_score >= 0.9
+
+
+class PushingExporter(RecordingExporter):
+    pushes = True
+
+
+@pytest.mark.parametrize("pushing", [False, True], ids=["no pusher", "a pusher"])
+def test_at_exit_the_last_cycle_runs_only_for_an_exporter_that_pushes(pushing: bool) -> None:
+    # Given an agent that has run its first cycle
+    source = ModelSource()
+    exporter = PushingExporter("otlp") if pushing else RecordingExporter("prometheus")
+    agent = Agent(AgentConfig(exporters=(), interval=3600), source=source, exporters=[exporter])
+    assert agent.start()
+    wait_for(lambda: agent.readings().cycles == 1, 10, 0.01)
+    # When the process exits (the agent's at-exit hook)
+    assert agent._stop(5.0, at_exit=True)
+    # Then a last cycle ran only for an exporter that pushes it
+    assert agent.readings().cycles == (2 if pushing else 1)
+    assert exporter.events == ["start", "shutdown"]
+
+
+def test_an_explicit_stop_runs_the_last_cycle_whoever_exports() -> None:
+    agent = Agent(
+        AgentConfig(exporters=(), interval=3600),
+        source=ModelSource(),
+        exporters=[RecordingExporter("prometheus")],
+    )
+    assert agent.start()
+    wait_for(lambda: agent.readings().cycles == 1, 10, 0.01)
+    assert agent.stop(5.0)
+    assert agent.readings().cycles == 2

@@ -40,7 +40,7 @@ def test_an_unknown_exporter_is_a_lookup_error() -> None:
 
 
 def test_the_agent_builds_named_exporters_then_the_dump_service() -> None:
-    from heapwatch.server.debug_routes import ServedDumpService
+    from heapwatch.server.served_dumps import ServedDumpService
     from heapwatch_exporters.prometheus import PrometheusExporter
 
     registry: Any = object()

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+import heapwatch.formats.dump as dump_format
 from agent_model import ModelSource
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import DEFAULTS, AgentConfig
 from heapwatch.agent.procmem import ProcessMemory
 from heapwatch.formats.dump import DumpHeader, read_dump
-from heapwatch.server import dumps
 from heapwatch.server.dumps import (
     DumpService,
     dump_header,
@@ -165,7 +165,8 @@ def test_a_failed_dump_keeps_neither_its_snapshot_nor_its_traces(
         next(iter(traces))
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(dumps, "write_dump", full_disk)
+    # (the dump service imports the writer when it dumps, from its package)
+    monkeypatch.setattr(dump_format, "write_dump", full_disk)
     service = DumpService(DEFAULTS.replace(dump_dir=str(tmp_path)), source=Source())
     # When a dump fails
     with pytest.raises(OSError, match="No space") as failure:

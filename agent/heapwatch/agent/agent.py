@@ -201,6 +201,7 @@ class Agent:
         self._previous_traced = 0
         self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
+        self._last_cycle = True
         self._cycles = 0
         self._errors = 0
         self._failing = False
@@ -523,7 +524,8 @@ class Agent:
         self._cycle_safely()
         while not stop_event.wait(self.config.interval):
             self._cycle_safely()
-        self._cycle_safely()  # one last cycle for the exporters' final export
+        if self._last_cycle:
+            self._cycle_safely()  # one last cycle for the exporters' final export
 
     # ---- components ----------------------------------------------------------
 
@@ -607,6 +609,11 @@ class Agent:
         if state == _STOPPING:  # another thread is stopping it
             return self._stopped.wait(max(0.0, deadline - time.monotonic()))
         in_time = True
+        if at_exit and not any(getattr(e, "pushes", False) for e in self._exporters):
+            # Nobody reads a cycle run as the process exits but an exporter
+            # that pushes it (OpenTelemetry's last export): skipped otherwise,
+            # it would only delay the exit of every short-lived process.
+            self._last_cycle = False
         self._stop_event.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():

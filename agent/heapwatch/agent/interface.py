@@ -172,7 +172,10 @@ class Component(Protocol):
     ``start`` may add routes to ``agent.router`` and read ``agent.readings()``
     whenever it likes; it is called again in a forked child after
     ``after_fork_in_child``, which must drop what belongs to the parent
-    process without any I/O.  ``shutdown`` is bounded by its timeout.
+    process without any I/O.  ``shutdown`` is bounded by its timeout.  A
+    component that pushes the readings as it shuts down has a true
+    ``pushes`` attribute: at the process's exit the agent runs its last
+    cycle only for such a component.
     """
 
     name: str

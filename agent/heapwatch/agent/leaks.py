@@ -52,8 +52,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Deque, Dict, Generic, List, Tuple, TypeVar
+from typing import Deque, Dict, Generic, List, NamedTuple, Tuple, TypeVar
 
 __all__ = [
     "OLD_EPOCHS",
@@ -90,8 +89,10 @@ SUSPECT = 0.5
 K = TypeVar("K", bound=Hashable)
 
 
-@dataclass(frozen=True)
-class Observation:
+# NamedTuples, not dataclasses: the agent keeps one Observation a watched
+# site a cycle (a tuple is the smallest), and dataclasses imports inspect at
+# every HEAPWATCH_ENABLED process's start.
+class Observation(NamedTuple):
     """A site at one cycle; sizes in bytes, variances in bytes squared."""
 
     time: float
@@ -101,8 +102,7 @@ class Observation:
     old_var: float = 0.0
 
 
-@dataclass(frozen=True)
-class LeakScore:
+class LeakScore(NamedTuple):
     """score in [0, 1]; rate in bytes/s (0 when nothing grows); series
     ("old" or "live") and span (seconds) say where the score was found."""
 

@@ -32,7 +32,7 @@ COMPONENTS_GROUP = "heapwatch.components"
 OWN_COMPONENTS = {
     "router": "heapwatch.server.router:Router",
     "server": "heapwatch.server.http:Server",
-    "dumps": "heapwatch.server.debug_routes:ServedDumpService",
+    "dumps": "heapwatch.server.served_dumps:ServedDumpService",
 }
 
 

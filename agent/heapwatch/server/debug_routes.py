@@ -1,7 +1,8 @@
 """The agent's ``/debug/`` routes: dumps, top statistics, differences, pprof.
 
 The routes are a face of the dump service (``heapwatch.server.dumps``): they
-depend on it, it never on them; ``ServedDumpService`` puts the two together.
+depend on it, it never on them; ``heapwatch.server.served_dumps`` puts the two
+together.
 
 Every route is protected (``Router.add(..., protected=True)``): with
 ``HEAPWATCH_TOKEN`` set it needs ``Authorization: Bearer <token>`` (401
@@ -72,7 +73,6 @@ __all__ = [
     "TOP_PATH",
     "BadParameter",
     "ReportQuery",
-    "ServedDumpService",
     "add_routes",
     "leaks_of",
     "parse_leaks_query",
@@ -552,18 +552,3 @@ def add_routes(router: Routes, service: DumpService) -> None:
     }
     for path, app in apps.items():
         router.add(path, app, protected=True)
-
-
-class ServedDumpService(DumpService):
-    """The dump service with its ``/debug/`` routes: the agent's ``dumps``
-    component (``heapwatch.agent.plugins``)."""
-
-    def start(self, agent: AgentView) -> None:
-        """Adds the ``/debug/`` routes, unless the agent serves nothing else
-        and has no token (they would only answer 403 on a port opened for
-        them), then starts the service (the dump signal)."""
-        router = agent.router
-        if router.token or router:
-            add_routes(router, self)
-            agent.retain_last_snapshot = True
-        super().start(agent)

@@ -24,7 +24,6 @@ import operator
 import os
 import re
 import signal
-import socket
 import threading
 import time
 import weakref
@@ -36,7 +35,6 @@ from heapwatch.agent.problems import ProblemLog
 from heapwatch.agent.procmem import ProcessMemory, read_process_memory, untraced
 from heapwatch.agent.source import CoreSource
 from heapwatch.agent.threads import start_thread
-from heapwatch.formats.dump import AgeClock, process_header, write_dump
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -44,7 +42,7 @@ if TYPE_CHECKING:
     from heapwatch import _core
     from heapwatch.agent.config import AgentConfig
     from heapwatch.agent.interface import AgentView
-    from heapwatch.formats.dump import AgedTrace, DumpHeader, RawTrace
+    from heapwatch.formats.dump import AgeClock, AgedTrace, DumpHeader, RawTrace
 
 __all__ = [
     "DUMP_SUFFIX",
@@ -110,6 +108,12 @@ def dump_header(
     """The dump header of a snapshot of this process, taken now, with the
     process's memory read now (``_memory_extra``) and, when its traces are
     written with their ages, what turns them into durations."""
+    # Here, not at the top: an agent that never dumps never imports the
+    # format (its start-up is every HEAPWATCH_ENABLED process's).
+    import socket  # noqa: PLC0415
+
+    from heapwatch.formats.dump import process_header  # noqa: PLC0415
+
     mode = snap.mode
     return process_header(
         clock=clock,
@@ -194,6 +198,8 @@ def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeCl
         result = agent.readings().result
         if result is not None and result.epoch == snap.epoch:
             started = min(at, result.timestamp)
+    from heapwatch.formats.dump import AgeClock  # noqa: PLC0415 (only to dump: dump_header)
+
     return AgeClock(snap.epoch, started, interval)
 
 
@@ -218,6 +224,8 @@ def write_dump_file(
     appears whole or not at all.  The directory is created (0700) if missing.
     On failure the temporary file is removed and the error raised.
     """
+    from heapwatch.formats.dump import write_dump  # noqa: PLC0415 (only to dump: dump_header)
+
     problem = dump_dir_problem(directory)
     if problem:
         raise NotADirectoryError(errno.ENOTDIR, problem, directory)
@@ -318,7 +326,7 @@ class DumpService:
     """The agent's on-demand dumps: into ``dump_dir``, on the dump signal.
 
     A component of the agent (``start``, ``shutdown``, ``after_fork_in_child``);
-    ``heapwatch.server.debug_routes.ServedDumpService`` adds its ``/debug/``
+    ``heapwatch.server.served_dumps.ServedDumpService`` adds its ``/debug/``
     routes.  ``dump_lock`` is held while a dump, profile or top is built: the routes
     answer 429 when they cannot take it at once, the signal's dump waits.
 

@@ -7,7 +7,6 @@ a router, only one with routes serves it (``heapwatch.server.http``).
 
 from __future__ import annotations
 
-import hmac
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
@@ -82,6 +81,10 @@ class Router:
         """None if the request may pass, else (status, headers, reason)."""
         if not self.token:
             return "403 Forbidden", [], "this route is off: set HEAPWATCH_TOKEN to turn it on"
+        # Here: hmac loads OpenSSL (_hashlib), which an agent without a
+        # token (or not serving) would load for nothing at start-up.
+        import hmac  # noqa: PLC0415
+
         given = environ.get("HTTP_AUTHORIZATION", "")
         scheme, _, credentials = given.partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(
