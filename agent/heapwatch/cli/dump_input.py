@@ -41,6 +41,7 @@ __all__ = [
     "group",
     "open_input",
     "open_snapshot_file",
+    "parsed_by",
     "print_report",
     "print_text",
     "run_guarded",
@@ -261,14 +262,22 @@ def ratio_type(text: str) -> float:
 ratio_type.__name__ = "ratio"
 
 
-def age_type(text: str) -> float:
-    try:
-        return parse_age(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected {exc}, got {text!r}") from None
+def parsed_by(parse: Callable[[str], float], name: str) -> Callable[[str], float]:
+    """An argparse type that reads its value with ``parse`` (the agent's
+    configuration's parser, the one home of that syntax); ``name`` is what
+    argparse calls the value in its error."""
+
+    def read(text: str) -> float:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected {exc}, got {text!r}") from None
+
+    read.__name__ = name
+    return read
 
 
-age_type.__name__ = "duration"
+age_type = parsed_by(parse_age, "duration")
 
 
 def add_age_option(parser: argparse.ArgumentParser) -> None:

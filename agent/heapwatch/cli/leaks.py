@@ -38,6 +38,7 @@ from heapwatch.cli.dump_input import (
     InputError,
     add_pickle_option,
     limit_type,
+    parsed_by,
     print_text,
     run_guarded,
     when,
@@ -276,14 +277,7 @@ def _leaks(options: argparse.Namespace) -> int:
     return 0
 
 
-def _window_type(text: str) -> float:
-    try:
-        return parse_leak_window(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected {exc}, got {text!r}") from None
-
-
-_window_type.__name__ = "duration"
+_window_type = parsed_by(parse_leak_window, "duration")
 
 
 def add_parser(subparsers: SubParsers) -> None:
