@@ -64,6 +64,7 @@ from heapwatch.agent.threads import (
     call_in_forked_child,
     outlive_nobody,
     own_work,
+    owned,
     signals_blocked,
     start_thread,
 )
@@ -141,6 +142,7 @@ class Agent:
         memory: reads the process's resident set and its C heap, once a cycle.
     """
 
+    @owned
     def __init__(
         self,
         config: AgentConfig | None = None,
@@ -253,6 +255,7 @@ class Agent:
         cycle's tracebacks (and their code objects) alive one interval longer."""
         return self._last_snapshot
 
+    @owned
     def start(self) -> bool:
         """Starts tracing, the exporters, the HTTP endpoint and the thread.
 
@@ -565,6 +568,7 @@ class Agent:
             self._server = server
             log.info("heapwatch agent (pid %d) serving %s", os.getpid(), server.url)
 
+    @owned
     def serve(self) -> str | None:
         """Starts the HTTP endpoint now if the agent runs, the router has
         routes and nothing serves them yet (routes added after ``start``);
@@ -574,6 +578,7 @@ class Agent:
         server = self._server
         return server.url if server is not None else None
 
+    @owned
     def add_exporter(self, exporter: Component) -> bool:
         """Adds an exporter, started at once if the agent runs; False (logged)
         if it failed to start."""
@@ -595,6 +600,7 @@ class Agent:
             except Exception as exc:
                 _shutdown_failed(exporter, exc)
 
+    @owned
     def _stop(self, timeout: float, at_exit: bool) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
         with self._lock:
@@ -676,6 +682,7 @@ class Agent:
             self._restart_hook_registered = True
             call_in_forked_child(self._restart_in_child)
 
+    @owned
     def _after_fork_in_child(self) -> None:
         # Drops what belongs to the parent; the restart is the next hook's.
         state = self._state
@@ -699,6 +706,7 @@ class Agent:
             return
         self._restart_pending = True
 
+    @owned
     def _restart_in_child(self) -> None:
         if not self._restart_pending or self._state != _RUNNING:
             return
@@ -750,6 +758,7 @@ def get_agent() -> Agent | None:
     return agent if agent is not None and agent.running else None
 
 
+@owned
 def start_agent(
     config: AgentConfig | None = None,
     *,

@@ -24,13 +24,14 @@ the tracer a trace.  What they free of the service's is untracked as ever.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import threading
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
 __all__ = [
     "ASYNCHRONOUS_SIGNALS",
@@ -39,6 +40,7 @@ __all__ = [
     "is_ours",
     "outlive_nobody",
     "own_work",
+    "owned",
     "signals_blocked",
     "start_thread",
 ]
@@ -99,6 +101,21 @@ def own_work() -> Iterator[None]:
         yield
     finally:
         _set_thread_traced(previous)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def owned(function: F) -> F:
+    """``function`` run as heapwatch's own work (``own_work``), whichever
+    thread calls it: what it builds for heapwatch is not the service's."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with own_work():
+            return function(*args, **kwargs)
+
+    return cast(F, run)
 
 
 def start_thread(
