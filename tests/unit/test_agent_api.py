@@ -61,28 +61,33 @@ def test_import_heapwatch_stays_light() -> None:
     assert threading == "False"
 
 
-def test_an_agent_that_serves_nothing_starts_light() -> None:
-    # Every process started with HEAPWATCH_ENABLED pays for what the agent
-    # imports, a service's short-lived children included.
-    # Given a fresh interpreter whose agent has no exporter and no token
-    code = (
-        "import sys, heapwatch\n"
-        "agent = heapwatch.start_agent(exporters='none')\n"
-        "assert agent is not None and agent.running\n"
-        "print(' '.join(sorted(sys.modules)))\n"
-        "heapwatch.stop_agent()\n"
-    )
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code``."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("HEAPWATCH_")}
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))\n"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
         env=env,
     )
-    modules = set(done.stdout.split())
-    # Then it imports neither the routes, the formats, the drop-in nor what they need
+    return set(done.stdout.split())
+
+
+def test_an_agent_that_serves_nothing_starts_light() -> None:
+    # Every process started with HEAPWATCH_ENABLED pays for what the agent
+    # imports, a service's short-lived children included.
+    # Given a fresh interpreter whose agent has no exporter and no token
+    modules = _modules_after(
+        "import heapwatch\n"
+        "agent = heapwatch.start_agent(exporters='none')\n"
+        "assert agent is not None and agent.running\n"
+    )
+    # Then it imports neither the routes, the formats, the drop-in nor what
+    # they need, beyond what the modules an agent needs import on this Python
+    # (logging imports dataclasses on 3.14+, through traceback's colours)
+    needed = _modules_after("import logging, threading, typing")
     heavy = {
         "heapwatch.server.debug_routes",
         "heapwatch.formats.dump",
@@ -94,4 +99,5 @@ def test_an_agent_that_serves_nothing_starts_light() -> None:
         "socket",
         "urllib.parse",
     }
-    assert modules & heavy == set()
+    assert modules & heavy - needed == set()
+    assert "heapwatch.server.debug_routes" not in needed
