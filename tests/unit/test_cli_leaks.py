@@ -174,3 +174,12 @@ def test_dumps_too_far_apart_for_the_window_are_refused(
         "what was freed between them is not known; give dumps at most 6.0s apart (or a longer "
         "--window)\n"
     )
+
+
+def test_leaks_offers_no_pickle_option_it_would_always_refuse(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["leaks", "--allow-pickle", "a.hwdump", "b.hwdump"])
+    assert exit.value.code == 2
+    assert "--allow-pickle" in capsys.readouterr().err

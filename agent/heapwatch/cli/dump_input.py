@@ -36,6 +36,7 @@ __all__ = [
     "InputError",
     "SnapshotFile",
     "add_age_option",
+    "add_inflate_option",
     "add_pickle_option",
     "add_report_options",
     "group",
@@ -239,6 +240,10 @@ def add_pickle_option(parser: argparse.ArgumentParser) -> None:
         help="also read stdlib tracemalloc pickles: unpickling runs code from the file, "
         "so only for files you trust",
     )
+    add_inflate_option(parser)
+
+
+def add_inflate_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-inflate-ratio",
         type=ratio_type,

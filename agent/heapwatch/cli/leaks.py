@@ -36,7 +36,7 @@ from heapwatch.agent.leaks import (
 )
 from heapwatch.cli.dump_input import (
     InputError,
-    add_pickle_option,
+    add_inflate_option,
     limit_type,
     parsed_by,
     print_text,
@@ -300,5 +300,5 @@ def add_parser(subparsers: SubParsers) -> None:
         "--limit", type=limit_type, default=10, metavar="N", help="suspects shown (default 10)"
     )
     parser.add_argument("--json", action="store_true", help="JSON instead of text")
-    add_pickle_option(parser)
+    add_inflate_option(parser)  # no --allow-pickle: a pickle carries no ages
     parser.set_defaults(func=run_guarded, command=_leaks)
