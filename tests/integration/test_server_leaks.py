@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from agent_process import clean_env, fetch, python_path, running
-from heapwatch.cli import main
+from cli_runner import run_cli
 from heapwatch.formats.dump import read_dump
 from heapwatch.server.dumps import list_dumps
 from waiting import wait_for
@@ -63,13 +63,7 @@ def suspects_of(report: dict[str, Any]) -> list[tuple[str, int]]:
     return [(Path(s["filename"]).name, s["lineno"]) for s in report["suspects"]]
 
 
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main(list(argv))
-    except SystemExit as exit:
-        status = int(exit.code or 0)
-    out, err = capsys.readouterr()
-    return status, out, err
+cli = run_cli
 
 
 @pytest.mark.parametrize("mode", ["exact", "sample"])

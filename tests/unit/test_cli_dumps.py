@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import heapwatch
 import heapwatch_exporters
+from cli_runner import run_cli
 from heapwatch import tracemalloc as hw_tm
-from heapwatch.cli import main
 from heapwatch.formats.dump import DumpHeader, read_dump, write_dump
 from heapwatch.formats.pprof import decode_profile
 from heapwatch.formats.report import format_text, top_report
@@ -60,13 +60,7 @@ def app(tmp_path: Path) -> str:
     return str(source)
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main(list(argv))
-    except SystemExit as exit:
-        status = int(exit.code or 0)
-    out, err = capsys.readouterr()
-    return status, out, err
+run = run_cli
 
 
 def test_top_shows_the_pretty_top_of_a_dump(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agent_model import FakeClock, ModelSource
+from cli_runner import run_cli
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.cli import main
@@ -48,11 +49,8 @@ def dump_model(path: Path, source: ModelSource, now: float, sizes: dict[int, int
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
-    try:
-        status = main(list(argv))
-    except SystemExit as exit:
-        status = int(exit.code or 0)
-    out, err = capsys.readouterr()
+    """run_cli, with a JSON answer decoded."""
+    status, out, err = run_cli(capsys, *argv)
     return status, json.loads(out) if out.startswith("{") else out, err
 
 
