@@ -161,17 +161,18 @@ maybe_traced(int state, const void *ptr)
            __atomic_load_n(&hw_tracer.npending, __ATOMIC_RELAXED) != 0;
 }
 
-/* Whether a new block of size bytes is to be recorded. */
+/* Whether a new block of size bytes is to be recorded.  The sample is drawn
+ * for heapwatch's own threads too (the service's blocks keep their
+ * probability); their blocks are then not recorded (hw_tls_t.own). */
 static inline int
 wants_record(int state, hw_tls_t *tls, size_t size, int gil_domain)
 {
     if (!(state & HW_STATE_RECORDING)) {
         return 0;
     }
-    if (!(state & HW_STATE_SAMPLE)) {
-        return 1;
-    }
-    return gil_domain ? hw_gil_sample_take(size) : hw_sample_take(tls, size);
+    int take = !(state & HW_STATE_SAMPLE) ||
+               (gil_domain ? hw_gil_sample_take(size) : hw_sample_take(tls, size));
+    return take && !tls->own;
 }
 
 /* pymalloc serves MEM and OBJ requests up to this size itself; larger ones
@@ -216,10 +217,10 @@ hook_leave(hw_tls_t *tls, uint32_t fast)
     tls->fast = fast;
 }
 
-/* Flattened as the allocation path is: capture and interning inlined. */
-__attribute__((flatten)) static size_t forget_block(void *ptr, int gil_domain);
+static size_t forget_block(void *ptr, int gil_domain);
 
-void
+/* Flattened as the allocation path is: capture and interning inlined. */
+__attribute__((flatten)) void
 hw_hooks_restamp(void *block)
 {
     uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
@@ -263,7 +264,7 @@ hw_hooks_track(unsigned int domain, uintptr_t ptr, size_t size)
     uint32_t fast = hook_enter(tls);
     /* Sampled from the thread's RAW countdown: the caller may not hold the
      * GIL, and a reported block is sampled like any block. */
-    if (wants_record(state, tls, size, 0) && !tls->own) {
+    if (wants_record(state, tls, size, 0)) {
         record_block_in(domain, (void *)ptr, size, 0);
     }
     hook_leave(tls, fast);
@@ -496,7 +497,7 @@ hook_realloc_slow(const PyMemAllocatorEx *a, hw_tls_t *tls, int gil_domain, void
     }
     uint32_t fast = hook_enter(tls);
     int was_traced = ptr != NULL && maybe_traced(state, ptr);
-    int record = wants_record(state, tls, size, gil_domain) && !tls->own;
+    int record = wants_record(state, tls, size, gil_domain);
     void *ptr2;
     if (!was_traced && !record) {
         ptr2 = a->realloc(a->ctx, ptr, size);

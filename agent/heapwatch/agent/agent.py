@@ -41,6 +41,7 @@ from heapwatch.agent.interface import (
     Routes,
     Server,
     Site,
+    site_of,
 )
 from heapwatch.agent.leaks import (
     FLOOR_BYTES,
@@ -114,11 +115,6 @@ def _exporters_for(
     # Last: it serves its /debug/ routes only next to other routes (or with a token).
     exporters.append(plugins.component("dumps")(config))
     return exporters
-
-
-def _site_key(frames: Sequence[tuple[str, int]]) -> tuple[str, int]:
-    """(file, line) of a lineno group's key."""
-    return (frames[0][0], frames[0][1]) if frames else ("<unknown>", 0)
 
 
 _IDLE, _RUNNING, _STOPPING, _STOPPED = "idle", "running", "stopping", "stopped"
@@ -340,16 +336,16 @@ class Agent:
         previous = self._previous if self._previous is not None else groups
         previous_traced = self._previous_traced if self._previous is not None else traced
         top = groups.growth(previous, self.config.top) if self.config.top > 0 else []
-        top_keys = {_site_key(row[0]) for row in top}
+        top_keys = {site_of(row[0]) for row in top}
         ages = self._watchable(groups)
         scores = self._score_leaks(started, ages)
         suspects = [key for key, _score in ranked(scores.items(), SUSPECT)]
         # Sites by peak, those whose memory is all gone included (a site
         # that allocated and freed within the interval made the peak too).
         by_peak = self._by_peak(groups, top_keys | set(suspects[: self.config.top * 2]))
-        peaks = {_site_key(row[0]): row[3] for row in by_peak}
-        known = {_site_key(row[0]): (row[1], row[2]) for row in by_peak}
-        known.update((_site_key(row[0]), (row[1], row[2])) for row in ages)
+        peaks = {site_of(row[0]): row[3] for row in by_peak}
+        known = {site_of(row[0]): (row[1], row[2]) for row in by_peak}
+        known.update((site_of(row[0]), (row[1], row[2])) for row in ages)
         previous_sizes = self._previous_sizes
         all_previous: dict[tuple[str, int], int] | None = None
 
@@ -359,7 +355,7 @@ class Agent:
                 return previous_sizes[key]
             if all_previous is None:
                 # Rarely: a site exported now that was small last cycle.
-                all_previous = {_site_key(row[0]): row[1] for row in self._previous.statistics()}
+                all_previous = {site_of(row[0]): row[1] for row in self._previous.statistics()}
             return all_previous.get(key, 0)
 
         def site(key: tuple[str, int], growth: int | None = None) -> Site:
@@ -378,7 +374,7 @@ class Agent:
                 score.rate if score is not None else 0.0,
             )
 
-        sites = [site(_site_key(row[0]), row[2]) for row in top]
+        sites = [site(site_of(row[0]), row[2]) for row in top]
         exported = {(s.file, s.line) for s in sites}
 
         def add(keys: Iterator[tuple[str, int]]) -> None:
@@ -393,7 +389,7 @@ class Agent:
 
         # Then the top sites by peak that are not among them: what made the
         # peak gets a series even when it is gone by the end of the interval.
-        add(_site_key(row[0]) for row in by_peak if row[3] > 0)
+        add(site_of(row[0]) for row in by_peak if row[3] > 0)
         # Then the leak suspects: a young leak gets its series as soon as it
         # is suspected, long before it is among the biggest.
         add(iter(suspects))
@@ -466,7 +462,7 @@ class Agent:
             rows: list[tuple[Any, int, int, int]] = groups.peaks(limit)
             if len(rows) < limit or rows[-1][3] == 0:
                 return rows
-            if needed <= {_site_key(row[0]) for row in rows}:
+            if needed <= {site_of(row[0]) for row in rows}:
                 return rows
             limit *= 4
 
@@ -483,7 +479,7 @@ class Agent:
         """
         sites: dict[tuple[str, int], Observation] = {}
         for frames, size, _count, histogram in ages:
-            key = _site_key(frames)
+            key = site_of(frames)
             if size < FLOOR_BYTES and not (key in self._watched and size >= WATCH_LOW):
                 continue
             # Memory that survived OLD_EPOCHS cycles: the churn of the same

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Protocol
 from heapwatch.agent.procmem import NATIVE_HEAP_UNAVAILABLE
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from _typeshed.wsgi import WSGIApplication
 
@@ -40,12 +40,19 @@ __all__ = [
     "Routes",
     "Server",
     "Site",
+    "site_of",
 ]
 
 # The series that sums every site outside the top ones (fixed: dashboards
 # and alert rules select on it).
 OTHER_FILE = "<other>"
 OTHER_LINE = 0
+
+
+def site_of(frames: Sequence[tuple[str, int]]) -> tuple[str, int]:
+    """(file, line) of a traceback's innermost frame: a site, as the agent
+    names them."""
+    return (frames[0][0], frames[0][1]) if frames else ("<unknown>", 0)
 
 
 class Site(NamedTuple):

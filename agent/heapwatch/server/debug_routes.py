@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qs
 
 from heapwatch.agent.config import parse_age
+from heapwatch.agent.interface import site_of
 from heapwatch.agent.leaks import SUSPECT, ranked
 from heapwatch.formats.dump import write_dump
 from heapwatch.formats.leak_report import (
@@ -53,7 +54,7 @@ from heapwatch.formats.report import (
     to_json,
     top_report,
 )
-from heapwatch.server.dumps import DumpService, age_clock, dump_header, iter_traces
+from heapwatch.server.dumps import DumpService, age_clock, iter_traces
 from heapwatch.tracemalloc.grouping import group_counted
 from heapwatch.tracemalloc.objects import Statistic
 from heapwatch.tracemalloc.raw import raw_statistics
@@ -330,8 +331,7 @@ def leaks_of(
         mode, interval = snap.mode, snap.sample_interval
         clock = age_clock(snap, at, agent)
         for row in snap.group("traceback", ages=True).ages():
-            frames = row[0]
-            site = (frames[0][0], frames[0][1]) if frames else ("<unknown>", 0)
+            site = site_of(row[0])
             if site in rows:
                 rows[site].append(row)
     return LeakReport(
@@ -417,15 +417,7 @@ class _Routes:
     def snapshot(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(_params: dict[str, str]) -> list[bytes]:
             snap = self._snapshot(traces=True)
-            now = self.service.clock()
-            ages = age_clock(snap, now, self.service.agent)
-            header = dump_header(
-                snap,
-                trigger="http",
-                clock=lambda: now,
-                ages=ages,
-                leak_window=self.service.config.leak_window,
-            )
+            header = self.service.header_of(snap, "http")
             name = f"heapwatch-{header.pid}-{int(header.timestamp)}.hwdump"
             write = start_response(
                 "200 OK",

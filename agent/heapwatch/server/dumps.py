@@ -198,7 +198,7 @@ def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeCl
         result = agent.readings().result
         if result is not None and result.epoch == snap.epoch:
             started = min(at, result.timestamp)
-    from heapwatch.formats.dump import AgeClock  # noqa: PLC0415 (only to dump: dump_header)
+    from heapwatch.formats.dump import AgeClock  # noqa: PLC0415 (only to dump, as in dump_header)
 
     return AgeClock(snap.epoch, started, interval)
 
@@ -224,7 +224,7 @@ def write_dump_file(
     appears whole or not at all.  The directory is created (0700) if missing.
     On failure the temporary file is removed and the error raised.
     """
-    from heapwatch.formats.dump import write_dump  # noqa: PLC0415 (only to dump: dump_header)
+    from heapwatch.formats.dump import write_dump  # noqa: PLC0415 (only to dump, as in dump_header)
 
     problem = dump_dir_problem(directory)
     if problem:
@@ -552,6 +552,18 @@ class DumpService:
 
     # ---- dumps ---------------------------------------------------------------
 
+    def header_of(self, snap: _core.Snapshot, trigger: str) -> DumpHeader:
+        """The header of a dump of ``snap`` (taken with its traces) now: what
+        turns its ages into durations, and the agent's leak window."""
+        now = self.clock()
+        return dump_header(
+            snap,
+            trigger=trigger,
+            clock=lambda: now,
+            ages=age_clock(snap, now, self.agent),
+            leak_window=self.config.leak_window,
+        )
+
     def dump_to_directory(self, trigger: str = "signal") -> str:
         """Writes a dump of every live trace into ``dump_dir`` now (waiting
         for a dump in progress), applies the retention limits and returns the
@@ -565,14 +577,7 @@ class DumpService:
             ntraces = snap.ntraces
             traces = iter_traces(snap)
             try:
-                now = self.clock()
-                header = dump_header(
-                    snap,
-                    trigger=trigger,
-                    clock=lambda: now,
-                    ages=age_clock(snap, now, self.agent),
-                    leak_window=self.config.leak_window,
-                )
+                header = self.header_of(snap, trigger)
                 self._sequence += 1
                 name = dump_name(header.timestamp, header.pid, self._sequence)
                 path = write_dump_file(directory, name, header, traces)
