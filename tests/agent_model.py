@@ -181,6 +181,9 @@ class ModelSource:
     def snapshot(self, traces: bool) -> ModelSnapshot:
         return ModelSnapshot(self.sites, self.peak, self.peak_sites, self.histograms(), self.epoch)
 
+    def current_epoch(self) -> int:
+        return self.epoch
+
     def next_epoch(self) -> None:
         self.epoch += 1
 

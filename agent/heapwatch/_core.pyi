@@ -15,10 +15,10 @@ A peak is bytes in the state where the traced total reached its peak (since
 the last reset_peak() or take_snapshot(reset_peak=True)): per-site peaks sum
 to ``Snapshot.peak``.  Sites whose traces are all gone since still have one.
 
-An age is a number of epochs (``set_epoch()``, which the agent calls each
-cycle) since the trace was recorded, at most ``MAX_AGE``; a histogram has
-``AGE_BUCKETS`` byte counts: bucket 0 for age 0, bucket b for ages in
-[2**(b-1), 2**b).
+An age is a number of epochs (``set_epoch()``, which the agent moves on at
+a cycle, an interval or more apart) since the trace was recorded, at most
+``MAX_AGE``; a histogram has ``AGE_BUCKETS`` byte counts: bucket 0 for age
+0, bucket b for ages in [2**(b-1), 2**b).
 
 In sample mode every size and count is an unbiased estimate; a trace's own
 size (in ``Snapshot.traces()``) is the sampled block's real size.

@@ -10,15 +10,18 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import heapwatch.agent.agent as agent_module
 from heapwatch import _core
 from heapwatch import tracemalloc as hw_tm
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.leaks import LeakTracker, Observation
 from heapwatch.cli import main
 from heapwatch.formats.dump import iter_dump, read_dump, write_dump
 from heapwatch.server.dumps import DumpService, age_clock, dump_header, iter_traces
@@ -217,3 +220,75 @@ def test_the_routes_refuse_a_bad_min_age(agent: Agent, mode: str) -> None:
     status, body = get(base + "/debug/heapwatch/diff?min_age=5s")
     assert status == 400
     assert b"unknown parameter 'min_age'" in body
+
+
+@pytest.fixture
+def early_agent(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Agent, list[Mapping[Any, Observation]]]]:
+    """An agent with an interval of an hour, and YOUNG memory allocated after
+    its first cycle, then a dozen cycles run early (through the API); with
+    each cycle's observations as its leak tracker got them."""
+    seen: list[Mapping[Any, Observation]] = []
+
+    class Recording(LeakTracker[Any]):
+        def observe(self, time: float, sites: Mapping[Any, Observation]) -> None:
+            seen.append(dict(sites))
+            super().observe(time, sites)
+
+    monkeypatch.setattr(agent_module, "LeakTracker", Recording)
+    settings = {
+        "port": 0,
+        "interval": 3600,
+        "mode": mode,
+        "sample_interval": 1 if mode == "sample" else 512 * 1024,  # every block sampled
+        "token": TOKEN,
+        "dump_dir": str(tmp_path / "dumps"),
+    }
+    agent = Agent(AgentConfig().replace(**settings))
+    assert agent.start()
+    try:
+        wait_for(lambda: agent.readings().cycles >= 1, timeout=30)
+        allocate_young(200)
+        for _ in range(12):
+            agent.run_cycle()
+        yield agent, seen
+    finally:
+        agent.stop()
+        kept.clear()
+
+
+@MODES
+def test_cycles_run_early_make_no_memory_older(
+    early_agent: tuple[Agent, list[Mapping[Any, Observation]]],
+    mode: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    agent, observations = early_agent
+    # The dozen cycles ran in the epoch of the first, where YOUNG was allocated
+    path = service_of(agent).dump_to_directory()
+    header, pairs = iter_dump(path, ages=True)
+    assert set(site_ages(pairs)[YOUNG]) == {0}  # type: ignore[arg-type]
+    # and the dump's clock has that epoch begin with the first, not the last
+    last = agent.readings().result
+    assert header.ages is not None and last is not None
+    assert header.ages.epoch == last.epoch
+    assert header.ages.started == last.epoch_started < last.timestamp
+    # so heapwatch top --min-age of the dump does not call it a minute old
+    status, everything, err = top(capsys, path)
+    assert (status, err) == (0, "")
+    assert YOUNG in lines_of(everything)
+    status, old, err = top(capsys, path, "--min-age", "60s")
+    assert (status, err) == (0, "")
+    assert YOUNG not in lines_of(old)
+    # nor does /debug/heapwatch/top?min_age=
+    base = agent.serve()
+    assert base is not None
+    status, body = get(base + "/debug/heapwatch/top?format=json&limit=1000&min_age=60s")
+    assert status == 200, body
+    assert YOUNG not in lines_of(json.loads(body))
+    # and the leak score saw it live in each of those cycles, never old
+    young = [seen[YOUNG] for seen in observations if YOUNG in seen]
+    assert len(young) == 12
+    assert all(observation.live >= 200 * 5000 for observation in young)
+    assert [observation.old for observation in young] == [0.0] * 12

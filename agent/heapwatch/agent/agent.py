@@ -2,19 +2,31 @@
 
 Every ``interval`` seconds, in a thread named ``heapwatch-agent`` (the
 OpenTelemetry ``PeriodicExportingMetricReader`` way: ``Event.wait(interval)``,
-one last cycle at shutdown), a cycle starts a new epoch (the age of a trace
-is the number of cycles it survived), takes a snapshot (resetting the peak in
-the same critical section), groups it by line in C, diffs the top sites
-against the previous cycle's grouping, reads each site's share of the peak,
-scores the leaks (``heapwatch.agent.leaks``) and publishes a ``CycleResult``.
-Components only read the last result: a scrape never takes a snapshot.
+one last cycle at shutdown), a cycle begins a new epoch (the age of a trace
+is the number of epochs begun since it was recorded), takes a snapshot
+(resetting the peak in the same critical section), groups it by line in C,
+diffs the top sites against the previous cycle's grouping, reads each site's
+share of the peak, scores the leaks (``heapwatch.agent.leaks``) and publishes
+a ``CycleResult``.  Components only read the last result: a scrape never
+takes a snapshot.
+
+Every epoch but the current one lasts at least ``interval``: a cycle begins
+one only when that long has passed since the current one began, and a cycle
+run sooner (``run_cycle()`` through the API, the last one at stop, a forked
+child's first) publishes its figures in the current epoch.  Only the first
+epoch since tracing started may be shorter: no trace is older than it, so its
+length bounds no age.  That is what turns an age into a duration
+(``heapwatch.formats.dump.AgeClock``: ``--min-age``, ``?min_age=``, the leak
+score's "old" bytes, ``heapwatch leaks``); docs/design/agent.md says why this
+and not a record of when each epoch began.
 
 Failure policy: a failing cycle is logged (once, until it recovers) and
 retried at the next interval; an exporter that fails to start is logged and
 left out; nothing is raised into the application.  ``stop`` is idempotent and
 bounded by a deadline, and runs at exit.  After ``fork()`` the agent restarts
 in the child with a fresh baseline, its own endpoint (the port rule in
-``heapwatch.server.http``) and no state from the parent.  docs/design/agent.md
+``heapwatch.server.http``) and no state from the parent but when the core's
+epoch began (the child's core carries on in it).  docs/design/agent.md
 has the whole picture.
 """
 
@@ -174,6 +186,10 @@ class Agent:
         self._mode = self.config.mode
         self._sample_interval = self.config.reported_sample_interval
         self._init_state()
+        # An epoch of the core, and a timer reading and a unix time no earlier
+        # than it began.  Not in _init_state: a forked child's core carries on
+        # in the parent's epoch.
+        self._epoch_began: tuple[int, float, float] | None = None
         self._owns_tracing = False
         self._fork_hook_registered = False
         self._restart_hook_registered = False
@@ -325,9 +341,8 @@ class Agent:
 
     def _cycle(self) -> CycleResult:
         started = self._timer()
-        # Traces recorded from now on are of this cycle: a trace's age is the
-        # number of cycles it has survived.
-        self._source.next_epoch()
+        if self._begins_epoch(started):
+            self._source.next_epoch()
         snapshot = self._source.take_snapshot()
         timestamp = self._clock()
         traced = snapshot.traced
@@ -424,9 +439,15 @@ class Agent:
         self._last_snapshot = (
             (self._source.snapshot(traces=False), timestamp) if self.retain_last_snapshot else None
         )
+        finished = self._timer()
+        began = self._epoch_began
+        if began is None or began[0] != snapshot.epoch:
+            # Both read after the snapshot, so after its epoch began (a cycle
+            # that failed after beginning one leaves it unknown till now).
+            began = self._epoch_began = (snapshot.epoch, finished, timestamp)
         return CycleResult(
             timestamp=timestamp,
-            duration=max(0.0, self._timer() - started),
+            duration=max(0.0, finished - started),
             traced=traced,
             peak=snapshot.peak,
             blocks=snapshot.blocks,
@@ -438,7 +459,19 @@ class Agent:
             native_in_use=memory.native_in_use,
             native_retained=memory.native_retained,
             epoch=snapshot.epoch,
+            epoch_started=began[2],
         )
+
+    def _begins_epoch(self, now: float) -> bool:
+        """Whether the cycle starting at ``now`` begins an epoch: the first
+        since tracing started (epoch 0) may end at once, any other once
+        ``interval`` has passed since it began (an epoch the agent has not
+        seen begin, from the first cycle that saw it)."""
+        epoch = self._source.current_epoch()
+        if epoch == 0:
+            return True
+        began = self._epoch_began
+        return began is not None and began[0] == epoch and now - began[1] >= self.config.interval
 
     def _watchable(self, groups: Any) -> list[tuple[Any, int, int, Sequence[int]]]:
         """The sites by size, with their bytes by age, down to the first one

@@ -107,8 +107,12 @@ class CycleResult(NamedTuple):
     native_retained: int | None = None
     """Bytes free in the C allocator's heap, retained rather than given back."""
     epoch: int | None = None
-    """The epoch the cycle started: its snapshot's traces of age 0 were
-    recorded in it, from a moment before ``timestamp`` on."""
+    """The epoch of the cycle's snapshot: its traces of age 0 were recorded
+    in it.  The cycle began it, or stayed in it when less than the interval
+    had passed since it began (``heapwatch.agent.agent``)."""
+    epoch_started: float | None = None
+    """A unix time no earlier than ``epoch`` began: ``timestamp`` of the cycle
+    that began it, or of the first cycle that saw it (its beginning unknown)."""
 
 
 class Readings(NamedTuple):

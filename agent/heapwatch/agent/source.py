@@ -2,7 +2,7 @@
 
 ``CoreSource`` is the one adapter over ``heapwatch._core``: the agent's cycle
 takes snapshots that reset the peak, with every trace (the ages of the leak
-score are counted over the traces) and a new epoch each cycle; the dump
+score are counted over the traces) and a new epoch when the agent says; the dump
 service takes snapshots with every trace that leave the peak alone.  Tests give a model
 instead (``SnapshotSource``).
 """
@@ -44,8 +44,12 @@ class SnapshotSource(Protocol):
         """A snapshot that ``group(ages=True)`` can histogram by age; resets
         the peak atomically with it."""
 
+    def current_epoch(self) -> int:
+        """The epoch traces are recorded in now (0: the first since tracing
+        started)."""
+
     def next_epoch(self) -> None:
-        """Traces recorded from now on are one epoch (one cycle) younger."""
+        """Traces recorded from now on are one epoch younger."""
 
     def reset_peak(self) -> None: ...
     def snapshot(self, traces: bool) -> Any:
@@ -81,6 +85,9 @@ class CoreSource:
         # With traces: ages are counted over them (the tracebacks alone do
         # not know how old their bytes are).
         return self._core.take_snapshot(traces=True, reset_peak=True)
+
+    def current_epoch(self) -> int:
+        return self._core.get_epoch()
 
     def next_epoch(self) -> None:
         # From the core's own epoch, never the agent's count: it never moves

@@ -186,10 +186,10 @@ def _paired(traces: list[_core.RawAgedTrace]) -> Iterator[AgedTrace]:
 def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeClock:
     """What turns the ages of ``snap`` (taken at ``at``) into durations.
 
-    Its epoch began no later than the agent's cycle that started it
-    published its result, and in any case before ``at``; each earlier epoch
-    lasted at least the agent's interval (a cycle starts one, then the agent
-    waits that long), or an unknown time without an agent.
+    Its epoch began no later than the agent's last result says
+    (``CycleResult.epoch_started``), and in any case before ``at``; each
+    earlier epoch lasted at least the agent's interval (the agent begins none
+    sooner: ``heapwatch.agent.agent``), or an unknown time without an agent.
     """
     started = at
     interval = 0.0
@@ -197,7 +197,8 @@ def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeCl
         interval = agent.config.interval
         result = agent.readings().result
         if result is not None and result.epoch == snap.epoch:
-            started = min(at, result.timestamp)
+            began = result.epoch_started
+            started = min(at, result.timestamp if began is None else began)
     from heapwatch.formats.dump import AgeClock  # noqa: PLC0415 (only to dump, as in dump_header)
 
     return AgeClock(snap.epoch, started, interval)

@@ -141,8 +141,9 @@ class AgeClock:
     ``epoch`` is the snapshot's epoch (its traces of age 0 were recorded in
     it); ``started`` a unix time no earlier than that epoch began; each
     earlier epoch lasted at least ``interval`` seconds (the agent's
-    ``HEAPWATCH_INTERVAL``: a cycle starts an epoch, then waits that long;
-    0 when unknown).  So a trace of age ``a >= 1`` was recorded before the
+    ``HEAPWATCH_INTERVAL``: its cycle begins an epoch only once that long
+    has passed since the current one began, however early it runs; 0 when
+    unknown).  So a trace of age ``a >= 1`` was recorded before the
     epoch ``a - 1`` after its own began: at least ``at - started + (a - 1) *
     interval`` seconds before ``at``, which ``min_seconds`` gives.
     """
