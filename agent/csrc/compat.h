@@ -234,22 +234,48 @@ hw_frame_code_if_complete(hw_pyframe_t *frame)
 #endif
 }
 
-/* Whether a frame below the innermost complete one counts in total_nframe.
- * Only the innermost frame can be incomplete (still being set up: frames
- * below it have called into it), so deeper frames skip only the C-stack
- * shims; a cheap test on the hot walk to the bottom of deep stacks. */
+/* Whether a frame below the innermost complete one counts in total_nframe,
+ * as in the stdlib, which skips every incomplete frame: the C-stack shims,
+ * and from 3.13 the trampoline the interpreter pushes under a class's
+ * __init__ (_Py_InitCleanup, a frame of the thread's, which never reaches
+ * its first traceable instruction).  Every other frame below the innermost
+ * has called into the one above it, so it is complete: the test is cheap,
+ * on the hot walk to the bottom of deep stacks. */
+#if PY_VERSION_HEX >= 0x030E0000
+/* The trampoline's code object is exported from 3.14 (pycore_code.h):
+ * compared by address, beside the link, with no read of the code object (a
+ * cache miss a frame on a deep stack).  A frame the interpreter does not own
+ * runs a code object (_PyFrame_GetCode asserts it). */
 static inline int
 hw_frame_counts_below(hw_pyframe_t *frame)
 {
-#if PY_VERSION_HEX >= 0x030D0000
-    return !HW_FRAME_IS_SHIM(frame) && PyCode_Check(hw_frame_executable(frame));
+    return !HW_FRAME_IS_SHIM(frame) &&
+           hw_frame_executable(frame) != (const PyObject *)&_Py_InitCleanup;
+}
+#elif PY_VERSION_HEX >= 0x030D0000
+/* 3.13 exports no trampoline, but runs it with None for a function (every
+ * other frame of the thread's has its function): read beside the link. */
+static inline int
+hw_frame_counts_below(hw_pyframe_t *frame)
+{
+    return !HW_FRAME_IS_SHIM(frame) && frame->f_funcobj != Py_None &&
+           PyCode_Check(hw_frame_executable(frame));
+}
 #elif PY_VERSION_HEX >= 0x030C0000
+/* 3.12's trampoline is a C-stack shim by its owner. */
+static inline int
+hw_frame_counts_below(hw_pyframe_t *frame)
+{
     return !HW_FRAME_IS_SHIM(frame);
+}
 #else
+static inline int
+hw_frame_counts_below(hw_pyframe_t *frame)
+{
     (void)frame;
     return 1;
-#endif
 }
+#endif
 
 /* Whether hw_frame_counts_below() is 1 for every frame. */
 #if PY_VERSION_HEX >= 0x030C0000

@@ -3,7 +3,9 @@
 The memo verifies the chain it saw last instead of walking it, so every way a
 stack can change between two allocations must still give the real depth:
 deeper, shallower, the same depth through other frames, generators resumed
-from elsewhere, frames of other sizes at the same addresses, other threads.
+from elsewhere, frames of other sizes at the same addresses, calls through C
+(an entry frame on the C stack, which does not count) and through a class's
+``__init__`` (3.12+: a trampoline frame in the data stack), other threads.
 """
 
 from __future__ import annotations
@@ -70,7 +72,31 @@ def _generator(rec: Recorder) -> Iterator[None]:
         yield
 
 
-STEPS: tuple[Callable[[Recorder, list[int], int], None], ...] = (_small, _medium, _large)
+def _through_c(rec: Recorder, path: list[int], i: int) -> None:
+    # map() calls the lambda from C: the interpreter enters again, through an
+    # entry frame that is no Python frame.
+    for _ in map(lambda j: _step(rec, path, j), (i + 1,)):
+        pass
+
+
+class _Init:
+    def __init__(self, rec: Recorder, path: list[int], i: int) -> None:
+        _step(rec, path, i + 1)
+
+
+def _through_init(rec: Recorder, path: list[int], i: int) -> None:
+    _Init(rec, path, i)
+
+
+# By path entry; 3 (a generator resumed) and 4 (an allocation on the way
+# down) are handled in _step.
+STEPS: dict[int, Callable[[Recorder, list[int], int], None]] = {
+    0: _small,
+    1: _medium,
+    2: _large,
+    5: _through_c,
+    6: _through_init,
+}
 
 
 def _step(rec: Recorder, path: list[int], i: int) -> None:
@@ -98,7 +124,7 @@ def _run_paths(rec: Recorder, seed: int, count: int, max_depth: int) -> None:
     try:
         for _ in range(count):
             depth = rng.choice((0, 1, 5, 11, 12, 13, 30, 64, 65, rng.randrange(max_depth)))
-            path = [rng.choice((0, 0, 1, 2, 3, 4)) for _ in range(depth)]
+            path = [rng.choice((0, 0, 1, 2, 3, 4, 5, 6)) for _ in range(depth)]
             _step(rec, path, 0)
     finally:
         del _GENERATORS[rec]
