@@ -62,7 +62,9 @@ blocks: a list's array is one).  Evenness over buckets ``[8, 2**top)``:
 
 * ``rate`` is the mean of the whole buckets below ``top``; bucket ``top``
   and the next may be partly filled (the births began there) but hold no
-  more than the rate times the ages they can hold (up to the epoch);
+  more than the rate times the ages they can hold: up to the epoch, or,
+  for a site first seen within the window (it held nothing worth watching
+  before), up to its first sighting, and what it held then;
 * its p-value is the lowest of a chi-square over the buckets (each given
   ``u * e + (0.2 * e)**2``, ``e`` its expected bytes), a one-sided test of
   the excess in ``top`` and above, and a one-sided test of the mean age
@@ -306,10 +308,16 @@ class _Weighed(NamedTuple):
     per_byte: float  # the variance of a bucket's bytes, per byte
     cycle: float  # seconds an epoch
     oldest: float  # the oldest age possible, in epochs (inf if not known)
+    before: float  # bytes that may be older than that (a new site's first)
 
 
-def _weighed(ages: Ages | None, cycle: float) -> _Weighed | None:
-    """A site's ages, weighed; None without old bytes."""
+def _weighed(
+    ages: Ages | None, cycle: float, seen: float = math.inf, held: float = 0.0
+) -> _Weighed | None:
+    """A site's ages, weighed; None without old bytes.  seen: the epochs
+    since a site new within the window was first seen, held: its bytes
+    then (before, it held nothing worth watching: no more than those are
+    older than that)."""
     if ages is None or len(ages.bytes) < OLD_BUCKET + 3 or not cycle > 0.0:
         return None
     h = ages.bytes
@@ -320,8 +328,8 @@ def _weighed(ages: Ages | None, cycle: float) -> _Weighed | None:
     # A bucket's bytes come in blocks (a Poisson count of them, each its
     # size) and, sampled, with the sampling variance of their estimate.
     block = sum(h) / ages.blocks if ages.blocks > 0.0 else 0.0
-    oldest = float(ages.epoch) if ages.epoch > 0 else math.inf
-    return _Weighed(h, var, sum(var[OLD_BUCKET:]) / old + block, cycle, oldest)
+    oldest = min(float(ages.epoch) if ages.epoch > 0 else math.inf, seen)
+    return _Weighed(h, var, sum(var[OLD_BUCKET:]) / old + block, cycle, oldest, held)
 
 
 def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
@@ -340,17 +348,20 @@ def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
     rate = grown / (high - low)
     x2 = aged = excess = excess_var = 0.0
     last = min(top + above, len(h) - 1)
-    for b in range(OLD_BUCKET, last + 1):
+    allowed = ages.before  # the oldest bytes, which may predate the births
+    for b in range(last, OLD_BUCKET - 1, -1):
         width = 1 << (b - 1)
         share = rate * (width if b < top else max(min(width, ages.oldest + 1.0 - width), 0.0))
-        miss = h[b] - share if b < top else max(h[b] - share, 0.0)
         s2 = ages.per_byte * share + (RELATIVE * share) ** 2 + SHAPE_FLOOR_BYTES**2
-        x2 += miss * miss / s2
         if b < top:
+            miss = h[b] - share
             aged += h[b] * (3 * width - 1) / 2.0  # the bucket's mean age
         else:
+            miss = max(h[b] - share - allowed, 0.0)
+            allowed = max(allowed - max(h[b] - share, 0.0), 0.0)
             excess += miss
             excess_var += s2
+        x2 += miss * miss / s2
     p = min(_chi2_sf(x2, last - OLD_BUCKET), _phi(-excess / math.sqrt(excess_var)))
     if grown > 0.0:
         # Ages even over [low, high): mean (low + high - 1) / 2, variance
@@ -445,6 +456,8 @@ def leak_score(
     start = end - window if since is None else max(since, end - window)
     if since is not None and obs[0].time > start:
         # first seen within the window, after watching began: new
+        if cycle > 0.0:
+            weighed = _weighed(ages, cycle, round((end - obs[0].time) / cycle), obs[0].live)
         obs.insert(0, Observation(start, 0.0, 0.0))
     times = [o.time for o in obs]
     olds = [o.old for o in obs]
