@@ -41,11 +41,12 @@ from typing import Callable, Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
 
-from heapwatch.agent.leaks import LeakTracker, Observation
+from heapwatch.agent.leaks import OLD_BUCKET, Ages, LeakTracker, Observation
 
 CYCLE = 10.0
 WINDOW = 1800.0
 OLD_AGE = 8 * CYCLE  # bucket [8, 16) epochs and older
+AGE_BUCKETS = 17  # the core's HW_AGE_BUCKETS: ages up to 2**15 epochs
 INTERVAL = 512 * 1024
 KIB = 1024
 MIB = 1024 * KIB
@@ -106,23 +107,40 @@ class Sampler:
             return k
         return max(0, round(self.rng.gauss(lam, math.sqrt(lam))))
 
-    def observe_cohorts(self, cohorts: List[Cohort], now: float) -> Observation:
-        live = old = live_var = old_var = 0.0
+    def observe_cohorts(self, cohorts: List[Cohort], now: float) -> Tuple[Observation, Ages]:
+        """A site as the agent sees it: its live bytes, the old ones, and
+        its bytes by age bucket (a cohort born at a cycle was allocated
+        during the cycle before it: one epoch old then)."""
+        live = live_var = blocks = 0.0
+        histogram = [0.0] * AGE_BUCKETS
+        variances = [0.0] * AGE_BUCKETS
         for c in cohorts:
             if c.birth > now or c.death <= now:
                 continue
             p = self.p(c.size)
             if self.mode == "exact":
-                est, var = float(c.n * c.size), 0.0
+                est, var, n = float(c.n * c.size), 0.0, float(c.n)
             else:
                 est = c.sampled * c.size / p
                 var = c.sampled * c.size**2 * (1 - p) / p**2
+                n = c.sampled / p
             live += est
             live_var += var
-            if now - c.birth >= OLD_AGE:
-                old += est
-                old_var += var
-        return Observation(now, live, old, live_var, old_var)
+            blocks += n
+            bucket = age_bucket(round((now - c.birth) / CYCLE) + 1)
+            histogram[bucket] += est
+            variances[bucket] += var
+        old, old_var = sum(histogram[OLD_BUCKET:]), sum(variances[OLD_BUCKET:])
+        return (
+            Observation(now, live, old, live_var, old_var),
+            Ages(tuple(histogram), tuple(variances), blocks, round(now / CYCLE)),
+        )
+
+
+def age_bucket(age: int) -> int:
+    """The core's (agent/csrc/groups.c): 0 for age 0, b for ages in
+    [2**(b-1), 2**b) epochs, the oldest bucket for older ones."""
+    return min(age.bit_length(), AGE_BUCKETS - 1)
 
 
 def _add(site: Site, sampler: Sampler, now: float, n: int, size: int) -> Cohort:
@@ -220,10 +238,12 @@ def warm_up(size: float, block: int, until: float) -> Step:
     return step
 
 
-def saturating_dict(keys: int, per_s: float, entry: int) -> Step:
+def saturating_dict(keys: int, per_s: float, entry: int, start: float = 0.0) -> Step:
     """Inserts drawn from a fixed key space: new keys come ever more rarely."""
 
     def step(site: Site, now: float, sampler: Sampler) -> None:
+        if now < start:
+            return
         seen = site.state.get("seen", 0.0)
         fresh = (keys - seen) * -math.expm1(-per_s * CYCLE / keys)
         owed = site.state.get("owed", 0.0) + fresh
@@ -256,6 +276,11 @@ SCENARIOS: Dict[str, List[Tuple[str, float | None, Step]]] = {
     "dict": [("dict saturating", None, saturating_dict(200_000, 1000.0, 100))],
     # twice as slow: the limit of what 30 samples can tell from a leak
     "dict_slow": [("dict saturating slowly", None, saturating_dict(200_000, 500.0, 100))],
+    # the same, begun after an hour: its ages cannot be told from older ones
+    # by the process's age (no age exceeds the epoch)
+    "dict_slow_late": [
+        ("dict saturating slowly from 1 h", None, saturating_dict(200_000, 500.0, 100, HOUR))
+    ],
 }
 
 
@@ -291,10 +316,11 @@ def run(scenario: str, mode: str, hours: float, seed: int) -> Outcome:
     for i in range(1, cycles + 1):
         now = i * CYCLE
         observations: Dict[str, Observation] = {}
+        ages: Dict[str, Ages] = {}
         for s in sites:
             s.step(s, now, sampler)
             s.cohorts = [c for c in s.cohorts if c.death > now]
-            observations[s.name] = sampler.observe_cohorts(s.cohorts, now)
+            observations[s.name], ages[s.name] = sampler.observe_cohorts(s.cohorts, now)
         for k, (rate, life, size) in enumerate(churn):
             lam = rate * life / size
             p = sampler.p(size)
@@ -302,10 +328,16 @@ def run(scenario: str, mode: str, hours: float, seed: int) -> Outcome:
             n_old = sampler.binomial(n_live, math.exp(-OLD_AGE / life))
             w = size / p
             var = size**2 * (1 - p) / p**2
-            observations[f"churn {k}"] = Observation(
-                now, n_live * w, n_old * w, n_live * var, n_old * var
-            )
-        tracker.observe(now, observations)
+            name = f"churn {k}"
+            observations[name] = Observation(now, n_live * w, n_old * w, n_live * var, n_old * var)
+            # Its young blocks one epoch old, its old ones 8 to 15 (a
+            # lifetime of 20 s at most leaves few older).
+            histogram = [0.0] * AGE_BUCKETS
+            variances = [0.0] * AGE_BUCKETS
+            histogram[1], histogram[OLD_BUCKET] = (n_live - n_old) * w, n_old * w
+            variances[1], variances[OLD_BUCKET] = (n_live - n_old) * var, n_old * var
+            ages[name] = Ages(tuple(histogram), tuple(variances), n_live / p, i)
+        tracker.observe(now, observations, ages)
         if i % 6 and not leaks - set(flagged):
             continue  # the whole table once a minute; leak sites every cycle
         scores = (
@@ -366,7 +398,7 @@ def main(argv: List[str] | None = None) -> int:
     outcomes = []
     for scenario in args.scenarios.split(","):
         for mode in args.modes.split(","):
-            hours = args.hours + (1.0 if scenario == "leak_after_1h" else 0.0)
+            hours = args.hours + (1.0 if scenario in ("leak_after_1h", "dict_slow_late") else 0.0)
             outcome = run(scenario, mode, hours, args.seed)
             print(f"# {scenario} {mode}: {outcome}", file=sys.stderr, flush=True)
             outcomes.append(outcome)

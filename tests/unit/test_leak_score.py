@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from heapwatch.agent.leaks import LeakTracker, Observation, leak_score, ranked
+from heapwatch.agent.leaks import OLD_BUCKET, Ages, LeakTracker, Observation, leak_score, ranked
 
 WINDOW = 1800.0
 CYCLE = 10.0
@@ -169,3 +169,112 @@ def test_the_tracker_refuses_time_going_back_and_empty_windows() -> None:
     tracker.observe(10.0, {})
     with pytest.raises(ValueError, match="time"):
         tracker.observe(10.0, {})
+
+
+# ---- the ages: a site's history beyond the window ---------------------------
+
+SAMPLE_INTERVAL = 512 * KIB
+AGE_BUCKETS = 17  # the core's: 0 for age 0, b for ages in [2**(b-1), 2**b) epochs
+
+
+def _watched(
+    births: Callable[[float], float], hours: float, mode: str, block: int, seed: int
+) -> Callable[[], list[tuple[float, float]]]:
+    """A site that allocates births(t) bytes/s in blocks of ``block`` bytes
+    and frees nothing, fed to a tracker cycle by cycle as the agent feeds
+    it (live, old and their variances; the bytes by age bucket, blocks and
+    epoch); returns a function giving (minute, score) once a minute.  In
+    sample mode each cycle's blocks are sampled as the core samples them, a
+    sampled block weighing size / p."""
+    rng = random.Random(seed)
+    p = 1.0 if mode == "exact" else -math.expm1(-block / SAMPLE_INTERVAL)
+    weight = block / p
+    var = block * block * (1 - p) / (p * p)
+
+    def run() -> list[tuple[float, float]]:
+        tracker: LeakTracker[str] = LeakTracker(WINDOW)
+        cohorts: list[tuple[int, float]] = []  # (epoch allocated, sampled blocks)
+        scores = []
+        for epoch in range(1, int(hours * 3600 / CYCLE) + 1):
+            t = epoch * CYCLE
+            n = births(t) * CYCLE / block
+            if mode == "exact":
+                cohorts.append((epoch - 1, n))
+            else:  # Poisson: many blocks, each sampled with a small p
+                k, threshold, prod = 0, math.exp(-n * p), rng.random()
+                while prod > threshold:
+                    k += 1
+                    prod *= rng.random()
+                cohorts.append((epoch - 1, float(k)))
+            histogram = [0.0] * AGE_BUCKETS
+            variances = [0.0] * AGE_BUCKETS
+            for born, k in cohorts:
+                bucket = min((epoch - born).bit_length(), AGE_BUCKETS - 1)
+                histogram[bucket] += k * weight
+                variances[bucket] += k * var
+            live, old = sum(histogram), sum(histogram[OLD_BUCKET:])
+            live_var, old_var = sum(variances), sum(variances[OLD_BUCKET:])
+            blocks = sum(k for _born, k in cohorts) / p
+            tracker.observe(
+                t,
+                {"site": Observation(t, live, old, live_var, old_var)},
+                {"site": Ages(tuple(histogram), tuple(variances), blocks, epoch)},
+            )
+            if epoch % 6 == 0:
+                found = tracker.scores().get("site")  # none while it holds nothing
+                scores.append((t / 60, found.score if found is not None else 0.0))
+        return scores
+
+    return run
+
+
+def _first_flagged(scores: list[tuple[float, float]]) -> float:
+    return next((minute for minute, score in scores if score >= 0.9), math.inf)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_slow_sampled_leak_is_flagged_by_the_ages_of_its_memory(seed: int) -> None:
+    # Given 1 KiB/s of small blocks sampled at 512 KiB: a sample every 8.5
+    # minutes, 3 or 4 in a window, too few for the window alone
+    scores = _watched(lambda t: KIB, 3.0, "sample", 64, seed)()
+    # Then the ages (hours of samples, none freed) flag it within 3 hours
+    assert _first_flagged(scores) <= 180
+    # and not in its first half hour (too few samples, even over its ages)
+    assert max(score for minute, score in scores if minute <= 30) < 0.9
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_slowly_saturating_dict_is_not_a_leak(mode: str, seed: int) -> None:
+    # Given a dict of 100-byte entries over 200,000 keys, inserting 500 a
+    # second: new keys ever more rarely (e-folding in 400 s), 20 MB in all
+    def births(t: float) -> float:
+        return 500 * 100 * math.exp(-t / 400)
+
+    scores = _watched(births, 3.0, mode, 100, seed)()
+    # Then its old memory, thick and young-less, never looks like a leak
+    assert max(score for _minute, score in scores) < 0.5
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_a_leak_is_flagged_with_its_ages_as_soon_as_without(mode: str) -> None:
+    # Given a leak of 10 KiB/s: the window flags it in about 18 minutes
+    scores = _watched(lambda t: 10 * KIB, 0.5, mode, 64, 1)()
+    # Then the ages do not hold it back
+    assert _first_flagged(scores) <= 20
+
+
+def test_memory_turned_over_is_not_a_leak_by_its_ages() -> None:
+    # Given hand-built ages of a cache that evicts its oldest entries: even
+    # births up to 2 hours (a leak's, at one instant), the window flat
+    rate = 100 * KIB  # bytes an epoch
+    histogram = [0.0] * AGE_BUCKETS
+    for age in range(1, 720):
+        histogram[age.bit_length()] += rate
+    ages = Ages(tuple(histogram), (0.0,) * AGE_BUCKETS, sum(histogram) / 1000, 2000)
+    flat = _series(lambda t: sum(histogram[OLD_BUCKET:]), 30)
+    # Then it is no suspect: what it held a window ago is gone
+    assert leak_score(flat, WINDOW, ages=ages).score < 0.1
+    # while the same ages on a window that grew by them are a leak's
+    grew = _series(lambda t: sum(histogram[OLD_BUCKET:]) - (1800 - t) / CYCLE * rate, 30)
+    assert leak_score(grew, WINDOW, ages=ages).score >= 0.9

@@ -57,11 +57,13 @@ from heapwatch.agent.interface import (
 )
 from heapwatch.agent.leaks import (
     FLOOR_BYTES,
-    OLD_EPOCHS,
+    OLD_BUCKET,
     SUSPECT,
+    Ages,
     LeakScore,
     LeakTracker,
     Observation,
+    aged,
     observed,
     ranked,
 )
@@ -90,9 +92,6 @@ __all__ = ["AT_EXIT_TIMEOUT", "Agent", "get_agent", "start_agent", "stop_agent"]
 log = logging.getLogger("heapwatch.agent")
 
 AT_EXIT_TIMEOUT = 2.0
-# Bytes at least OLD_EPOCHS cycles old: the age buckets from [8, 16) on
-# (bucket b holds the ages in [2**(b-1), 2**b)).
-OLD_BUCKET = OLD_EPOCHS.bit_length()
 # A watched site stays watched down to this many bytes (it starts at the
 # score's floor, FLOOR_BYTES): a site hovering at the floor keeps its series.
 WATCH_LOW = FLOOR_BYTES / 8
@@ -353,7 +352,7 @@ class Agent:
         top = groups.growth(previous, self.config.top) if self.config.top > 0 else []
         top_keys = {site_of(row[0]) for row in top}
         ages = self._watchable(groups)
-        scores = self._score_leaks(started, ages)
+        scores = self._score_leaks(started, ages, snapshot.epoch)
         suspects = [key for key, _score in ranked(scores.items(), SUSPECT)]
         # Sites by peak, those whose memory is all gone included (a site
         # that allocated and freed within the interval made the peak too).
@@ -500,9 +499,10 @@ class Agent:
             limit *= 4
 
     def _score_leaks(
-        self, now: float, ages: Sequence[tuple[Any, int, int, Sequence[int]]]
+        self, now: float, ages: Sequence[tuple[Any, int, int, Sequence[int]]], epoch: int
     ) -> dict[tuple[str, int], LeakScore]:
-        """Feeds the leak tracker this cycle's sites and scores them.
+        """Feeds the leak tracker this cycle's sites, with their bytes by age
+        at ``epoch`` (the snapshot's), and scores them.
 
         A site is watched from the cycle its live bytes reach FLOOR_BYTES
         (growth smaller than that never scores above 0.02: a site below it
@@ -511,7 +511,8 @@ class Agent:
         allocated; before it is watched a site counts as holding nothing.
         """
         sites: dict[tuple[str, int], Observation] = {}
-        for frames, size, _count, histogram in ages:
+        by_age: dict[tuple[str, int], Ages] = {}
+        for frames, size, count, histogram in ages:
             key = site_of(frames)
             if size < FLOOR_BYTES and not (key in self._watched and size >= WATCH_LOW):
                 continue
@@ -519,12 +520,13 @@ class Agent:
             # line is left out of it.
             old = float(sum(histogram[OLD_BUCKET:]))
             sites[key] = observed(now, size, old, self._sample_interval)
+            by_age[key] = aged(histogram, count, epoch, self._sample_interval)
         self._watched = set(sites)
         # A timer that did not move (an injected one) adds no point to the
         # series: the tracker needs increasing times.
         if self._leak_time is None or now > self._leak_time:
             self._leak_time = now
-            self._leaks.observe(now, sites)
+            self._leaks.observe(now, sites, by_age)
         scores = self._leaks.scores()
         self._scores = scores
         return scores

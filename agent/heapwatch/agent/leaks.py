@@ -1,5 +1,6 @@
 """The leak score of a site, from the growth of its surviving memory against
-the noise of its estimates.  Pure: no core, no clock, no I/O.
+the noise of its estimates, and from the ages of its memory.  Pure: no
+core, no clock, no I/O.
 
 A leak is memory that keeps growing and survives: every part of a recent
 span grows, and the growth is large against the noise.  Things that grow
@@ -45,6 +46,55 @@ The shortest span, 0.6 of the window, sets how soon a leak can be flagged
 (about 16 minutes of growth in a 30-minute window) and how long a fill must
 last to look like one: a cache that fills for 10 minutes leaves a quarter of
 the span (nearly) flat.
+
+The ages.  A site's live memory now carries its history, which the window
+does not keep: the caller also gives, at the last cycle, the site's
+:class:`Ages` (bytes by the core's power-of-two age buckets, an epoch a
+cycle; their variances; its blocks; the epoch, which no age exceeds).
+Memory born at a steady rate and never freed holds in each bucket bytes in
+proportion to its width, from the youngest old bucket ([8, 16) epochs: the
+younger ones hold the site's churn) up to the leak's age.  Births that slow
+down (a dict of keys saturating, a cache filling, warm-up) leave the older
+buckets fuller.  A bucket's bytes vary as ``u`` times their expected value,
+``u`` the variance per byte: the sampling variance of the old bytes over
+them, plus the mean size of the site's blocks (they come as a count of
+blocks: a list's array is one).  Evenness over buckets ``[8, 2**top)``:
+
+* ``rate`` is the mean of the whole buckets below ``top``; bucket ``top``
+  and the next may be partly filled (the births began there) but hold no
+  more than the rate times the ages they can hold: up to the epoch, or,
+  for a site first seen within the window (it held nothing worth watching
+  before), up to its first sighting, and what it held then;
+* its p-value is the lowest of a chi-square over the buckets (each given
+  ``u * e + (0.2 * e)**2``, ``e`` its expected bytes), a one-sided test of
+  the excess in ``top`` and above, and a one-sided test of the mean age
+  below ``top`` against even ages (a fifth of drift tolerated): births that
+  slow down show in one sum with a few samples, bucket by bucket only with
+  many; ``evenness`` goes from 0 to 1 as it goes from 0.001 to 0.05.
+
+The ages add two things to the window's score:
+
+* agreement: a span's window score is multiplied by the evenness of the
+  buckets of the span's ages (``top`` the bucket holding the span's
+  start): growth that looked steady in a few samples but whose ages say
+  that births slow down is not a leak;
+* a score of their own, for the memory older than the window (a slow leak
+  sampled at 512 KiB gets 3 or 4 samples a window, but one every 8.5
+  minutes for hours): for each ``top`` whose whole buckets span at least
+  the shortest span and that the site's memory reaches, ``evenness x
+  significance x survival``, the best of them, series "ages".
+  Significance is ``Phi(z - 2)``, ``z`` the old bytes up to ``top`` over
+  the square root of their variance plus ``floor**2``: their bytes are
+  blocks alive, not a noisy growth, so the bar is only that there be
+  enough for their spread to say something (about 11 samples for 0.9).
+  Survival: even ages are also those of a cache that evicts its oldest
+  entries; a leak keeps what it held.  For a = 16, 32, ... epochs back
+  within the window, the old bytes held then less those a epochs older
+  now (the buckets from a on) are what died since; their share of the
+  turnover (died / (died + the bytes born since that survive)) is 0 for a
+  leak, about a half for a full cache; survival goes from 1 to 0 as the
+  largest share goes from 0.1 to 0.4.  The rate is the even rate, per
+  second.
 """
 
 from __future__ import annotations
@@ -55,11 +105,14 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Deque, Dict, Generic, List, NamedTuple, Tuple, TypeVar
 
 __all__ = [
+    "OLD_BUCKET",
     "OLD_EPOCHS",
     "SUSPECT",
+    "Ages",
     "LeakScore",
     "LeakTracker",
     "Observation",
+    "aged",
     "leak_score",
     "observed",
 ]
@@ -78,10 +131,22 @@ LUMPS_MIN = 4.0
 RELATIVE = 0.2
 P_LOW, P_HIGH = 0.001, 0.05
 Z_HALF = 3.0
+# The ages' significance is half at two standard deviations, not three: their
+# bytes are not a noisy series' growth but blocks alive now (sampled ones are
+# real blocks), so the bar is only that there be enough of them for their
+# spread over the ages to say something (about 11 samples for 0.9).
+Z_HALF_AGES = 2.0
 # "Old" bytes are at least this many epochs (the agent's cycles) old: the
 # churn of a site is younger.  The agent's cycle and ``heapwatch leaks`` both
 # count them so.
 OLD_EPOCHS = 8
+# The age bucket of OLD_EPOCHS (the core's buckets: 0 for age 0, b for ages
+# in [2**(b-1), 2**b) epochs): buckets from it on hold the old bytes.
+OLD_BUCKET = OLD_EPOCHS.bit_length()
+# Deaths of the memory a site held a while ago, as a fraction of what it
+# was born meanwhile: up to the low one, a leak (that also frees a little);
+# from the high one, memory that is turned over (a cache that evicts).
+DEATHS_LOW, DEATHS_HIGH = 0.1, 0.4
 # Sites scoring at least this are leak suspects: the agent exports them
 # beyond the top ones, the leaks reports list them.
 SUSPECT = 0.5
@@ -100,6 +165,20 @@ class Observation(NamedTuple):
     old: float
     live_var: float = 0.0
     old_var: float = 0.0
+
+
+class Ages(NamedTuple):
+    """A site's live memory now by age: bytes by age bucket (the core's:
+    bucket 0 for age 0, b for ages in [2**(b-1), 2**b) epochs, an epoch a
+    cycle), their variances (0 in exact mode), the site's live blocks
+    (estimated in sample mode) and the current epoch (the oldest age
+    possible: no memory is older than tracing; 0 if not known).  Only the
+    last cycle's are kept: they carry the site's history."""
+
+    bytes: Tuple[float, ...]
+    var: Tuple[float, ...]
+    blocks: float
+    epoch: int = 0
 
 
 class LeakScore(NamedTuple):
@@ -122,6 +201,17 @@ def observed(time: float, live: float, old: float, sample_interval: int) -> Obse
     return Observation(time, live, old, live * sample_interval, old * sample_interval)
 
 
+def aged(histogram: Sequence[float], blocks: float, epoch: int, sample_interval: int) -> Ages:
+    """A site's Ages from its bytes by age bucket, its live blocks and the
+    current epoch, each bucket's variance as ``observed`` has it."""
+    return Ages(
+        tuple(float(b) for b in histogram),
+        tuple(float(b) * sample_interval for b in histogram),
+        float(blocks),
+        epoch,
+    )
+
+
 def _smoothstep(low: float, high: float, x: float) -> float:
     u = min(1.0, max(0.0, (x - low) / (high - low)))
     return u * u * (3.0 - 2.0 * u)
@@ -131,11 +221,25 @@ def _phi(x: float) -> float:
     return 0.5 * math.erfc(-x / math.sqrt(2.0))
 
 
-def _chi2_3_sf(x: float) -> float:
-    """P(X > x) for X chi-square with 3 degrees of freedom."""
+def _chi2_sf(x: float, dof: int) -> float:
+    """P(X > x) for X chi-square with dof >= 1 degrees of freedom: the
+    regularised upper gamma function at dof / 2, a finite sum there."""
     if x <= 0.0:
         return 1.0
-    return math.erfc(math.sqrt(x / 2.0)) + math.sqrt(2.0 * x / math.pi) * math.exp(-x / 2.0)
+    h = x / 2.0
+    if dof % 2 == 0:
+        term = total = math.exp(-h)
+        for i in range(1, dof // 2):
+            term *= h / i
+            total += term
+    else:
+        total = math.erfc(math.sqrt(h))
+        term = 2.0 * math.sqrt(h / math.pi) * math.exp(-h)
+        for i in range(1, dof // 2 + 1):
+            if i > 1:
+                term *= h / (i - 0.5)
+            total += term
+    return min(1.0, total)
 
 
 def _at(times: Sequence[float], values: Sequence[float], t: float) -> float:
@@ -192,31 +296,174 @@ def _score_span(
     v_lumps = growth * growth * (QUARTERS - 1) / (QUARTERS * QUARTERS * lumps)
     s2 = max(v_sampling / QUARTERS, v_lumps) + (RELATIVE * quarter) ** 2 + SHAPE_FLOOR_BYTES**2
     x2 = sum((y_at[k + 1] - y_at[k] - quarter) ** 2 for k in range(QUARTERS)) / s2
-    shape = _smoothstep(P_LOW, P_HIGH, _chi2_3_sf(x2))
+    shape = _smoothstep(P_LOW, P_HIGH, _chi2_sf(x2, QUARTERS - 1))
     return shape * significance, max(_slope(sub_t, sub_y), 0.0)
 
 
+class _Weighed(NamedTuple):
+    """A site's bytes by age bucket now, and what weighs them."""
+
+    bytes: Sequence[float]
+    var: Sequence[float]
+    per_byte: float  # the variance of a bucket's bytes, per byte
+    cycle: float  # seconds an epoch
+    oldest: float  # the oldest age possible, in epochs (inf if not known)
+    before: float  # bytes that may be older than that (a new site's first)
+
+
+def _weighed(
+    ages: Ages | None, cycle: float, seen: float = math.inf, held: float = 0.0
+) -> _Weighed | None:
+    """A site's ages, weighed; None without old bytes.  seen: the epochs
+    since a site new within the window was first seen, held: its bytes
+    then (before, it held nothing worth watching: no more than those are
+    older than that)."""
+    if ages is None or len(ages.bytes) < OLD_BUCKET + 3 or not cycle > 0.0:
+        return None
+    h = ages.bytes
+    old = sum(h[OLD_BUCKET:])
+    if not old > 0.0:
+        return None
+    var = ages.var if len(ages.var) == len(h) else (0.0,) * len(h)
+    # A bucket's bytes come in blocks (a Poisson count of them, each its
+    # size) and, sampled, with the sampling variance of their estimate.
+    block = sum(h) / ages.blocks if ages.blocks > 0.0 else 0.0
+    oldest = min(float(ages.epoch) if ages.epoch > 0 else math.inf, seen)
+    return _Weighed(h, var, sum(var[OLD_BUCKET:]) / old + block, cycle, oldest, held)
+
+
+def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
+    """(rate in bytes an epoch, p-value) of steady births: the old buckets
+    below ``top`` hold bytes in proportion to their width (the rate is their
+    mean), and ``top`` and the ``above`` buckets after it no more than their
+    share of the ages they can hold (the births may have begun within them;
+    no age is older than the epoch).  The p-value is the lowest of three
+    tests': bucket by bucket (chi-square); the excess of ``top`` and above
+    alone and the mean age below ``top`` (one-sided: births that slow down
+    leave the old buckets fuller than the young ones, which a few samples
+    show in one sum sooner than bucket by bucket)."""
+    h = ages.bytes
+    low, high = 1 << (OLD_BUCKET - 1), 1 << (top - 1)
+    grown = sum(h[OLD_BUCKET:top])
+    rate = grown / (high - low)
+    x2 = aged = excess = excess_var = 0.0
+    last = min(top + above, len(h) - 1)
+    allowed = ages.before  # the oldest bytes, which may predate the births
+    for b in range(last, OLD_BUCKET - 1, -1):
+        width = 1 << (b - 1)
+        share = rate * (width if b < top else max(min(width, ages.oldest + 1.0 - width), 0.0))
+        s2 = ages.per_byte * share + (RELATIVE * share) ** 2 + SHAPE_FLOOR_BYTES**2
+        if b < top:
+            miss = h[b] - share
+            aged += h[b] * (3 * width - 1) / 2.0  # the bucket's mean age
+        else:
+            miss = max(h[b] - share - allowed, 0.0)
+            allowed = max(allowed - max(h[b] - share, 0.0), 0.0)
+            excess += miss
+            excess_var += s2
+        x2 += miss * miss / s2
+    p = min(_chi2_sf(x2, last - OLD_BUCKET), _phi(-excess / math.sqrt(excess_var)))
+    if grown > 0.0:
+        # Ages even over [low, high): mean (low + high - 1) / 2, variance
+        # (high - low)**2 / 12 an age; a rate that moves by a fifth over the
+        # span moves the mean by (high - low) / 60, which is tolerated.
+        spread2 = (high - low) ** 2 / 12.0
+        sd = math.sqrt(spread2 * ages.per_byte / grown + RELATIVE**2 * spread2 / 12.0)
+        p = min(p, _phi(((low + high - 1) / 2.0 - aged / grown) / sd))
+    return rate, p
+
+
+def _agreement(ages: _Weighed | None, span: float) -> float:
+    """How well the ages agree with steady births over a span (seconds): 1
+    unless the memory of the span's age, or of the bucket just older, is
+    denser the older it is (births that slow down: a dict of keys
+    saturating, a cache filling).  A leak that began before the span left
+    as much in that bucket, one that began within it nothing."""
+    if ages is None:
+        return 1.0
+    epochs = max(math.ceil(span / ages.cycle), 1)
+    top = min((epochs - 1).bit_length(), len(ages.bytes) - 1)
+    if top < OLD_BUCKET + 2:
+        return 1.0
+    return _smoothstep(P_LOW, P_HIGH, _evenness(ages, top)[1])
+
+
+def _deaths(times: Sequence[float], olds: Sequence[float], ages: _Weighed, window: float) -> float:
+    """The largest fraction of its memory's turnover a site shows within
+    the window: for a (a power of two) epochs ago, the old bytes it held
+    then that are gone now (they are now a epochs older: what the buckets
+    from a on do not hold) against those and the bytes born since that
+    survive (ages 8 to a).  0 for a leak, about 1/2 for a full cache."""
+    h = ages.bytes
+    end = times[-1]
+    worst = 0.0
+    a = 2 * OLD_EPOCHS
+    while a * ages.cycle <= window and end - a * ages.cycle >= times[0] and a.bit_length() < len(h):
+        died = _at(times, olds, end - a * ages.cycle) - sum(h[a.bit_length() :])
+        if died > SHAPE_FLOOR_BYTES:  # not the rounding of sums
+            worst = max(worst, died / (died + sum(h[OLD_BUCKET : a.bit_length()])))
+        a *= 2
+    return worst
+
+
+def _score_ages(
+    times: Sequence[float], olds: Sequence[float], ages: _Weighed, window: float
+) -> LeakScore:
+    """The score of the site's old memory by its ages: steady births over
+    at least the shortest span, that survived."""
+    survival = 1.0 - _smoothstep(DEATHS_LOW, DEATHS_HIGH, _deaths(times, olds, ages, window))
+    best = NO_LEAK
+    if not survival > 0.0:
+        return best
+    h, var = ages.bytes, ages.var
+    shortest = SPANS[0] * window / ages.cycle
+    for top in range(OLD_BUCKET + 2, len(h)):
+        # The span's whole buckets must be at least the shortest span, and
+        # the site's memory as old as them (a younger site's would look thin).
+        if (1 << (top - 1)) - (1 << (OLD_BUCKET - 1)) < shortest or not sum(h[top:]) > 0.0:
+            continue
+        grown = sum(h[OLD_BUCKET : top + 1])
+        if not grown > 0.0:
+            continue
+        rate, p = _evenness(ages, top)
+        noise = sum(var[OLD_BUCKET : top + 1])
+        significance = _phi(grown / math.sqrt(noise + FLOOR_BYTES**2) - Z_HALF_AGES)
+        score = _smoothstep(P_LOW, P_HIGH, p) * significance * survival
+        if score > best.score:
+            best = LeakScore(score, rate / ages.cycle, "ages", (1 << top) * ages.cycle)
+    return best
+
+
 def leak_score(
-    observations: Sequence[Observation], window: float, since: float | None = None
+    observations: Sequence[Observation],
+    window: float,
+    since: float | None = None,
+    ages: Ages | None = None,
 ) -> LeakScore:
     """The score of one site over the window ending at its last observation.
 
-    observations: in time order.  since: when watching began; a site seen
-    for the first time later had 0 bytes until then (a new site starts from
+    observations: in time order, one a cycle (an epoch).  ages: the site's
+    at the last observation, if known.  since: when watching began; a site seen for
+    the first time later had 0 bytes until then (a new site starts from
     nothing).  Spans reaching back before it are not scored.
     """
     if not observations or window <= 0:
         return NO_LEAK
     obs = list(observations)
     end = obs[-1].time
+    cycle = (end - obs[0].time) / (len(obs) - 1) if len(obs) > 1 else 0.0
+    weighed = _weighed(ages, cycle)
     start = end - window if since is None else max(since, end - window)
     if since is not None and obs[0].time > start:
         # first seen within the window, after watching began: new
+        if cycle > 0.0:
+            weighed = _weighed(ages, cycle, round((end - obs[0].time) / cycle), obs[0].live)
         obs.insert(0, Observation(start, 0.0, 0.0))
     times = [o.time for o in obs]
+    olds = [o.old for o in obs]
     best = NO_LEAK
     for name, ys, vs in (
-        ("old", [o.old for o in obs], [o.old_var for o in obs]),
+        ("old", olds, [o.old_var for o in obs]),
         ("live", [o.live for o in obs], [o.live_var for o in obs]),
     ):
         for fraction in SPANS:
@@ -226,7 +473,13 @@ def leak_score(
                 continue
             score, rate = _score_span(times, ys, vs, start)
             if score > best.score:
+                score *= _agreement(weighed, span)
+            if score > best.score:
                 best = LeakScore(score, rate, name, span)
+    if weighed is not None:
+        by_ages = _score_ages(times, olds, weighed, window)
+        if by_ages.score > best.score:
+            best = by_ages
     return best
 
 
@@ -245,10 +498,17 @@ class LeakTracker(Generic[K]):
         self._since: float | None = None
         self._now: float | None = None
         self._series: Dict[K, Deque[Observation]] = {}
+        self._ages: Mapping[K, Ages] = {}
 
-    def observe(self, time: float, sites: Mapping[K, Observation]) -> None:
+    def observe(
+        self,
+        time: float,
+        sites: Mapping[K, Observation],
+        ages: Mapping[K, Ages] | None = None,
+    ) -> None:
         """One cycle: every site's observation at ``time`` (their own
-        ``time`` fields are ignored)."""
+        ``time`` fields are ignored), and the ages of those whose ages are
+        known (kept until the next cycle: they carry the site's history)."""
         if self._now is not None and time <= self._now:
             raise ValueError(f"time must increase: {time!r} after {self._now!r}")
         if self._since is None:
@@ -271,6 +531,7 @@ class LeakTracker(Generic[K]):
                 gone.append(key)
         for key in gone:
             del self._series[key]
+        self._ages = ages if ages is not None else {}
 
     def scores(self) -> Dict[K, LeakScore]:
         """Every site's score.  A site whose series ends less than
@@ -281,7 +542,7 @@ class LeakTracker(Generic[K]):
         scored: Dict[K, LeakScore] = {}
         for key, series in self._series.items():
             if self._may_grow(series):
-                scored[key] = leak_score(series, self.window, self._since)
+                scored[key] = leak_score(series, self.window, self._since, self._ages.get(key))
             else:
                 scored[key] = NO_LEAK
         return scored

@@ -11,8 +11,10 @@ exact for memory never freed (a leak); the dumps of one process give the
 tightest (the highest) of them.  Only the epochs from the first dump on are
 scored: before it, what survived cannot tell a leak from a cache that
 evicts its oldest entries (both leave memory of every age), while a later
-dump shows what was freed since an earlier one.  Epochs are dated by the
-dumps' clocks, between two dumps linearly.
+dump shows what was freed since an earlier one.  The agent also scores
+each site's bytes by age at its last cycle (its history beyond the window):
+the last epoch gets the last dump's, which are those.  Epochs are dated by
+the dumps' clocks, between two dumps linearly.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from heapwatch.agent.leaks import (
     SUSPECT,
     LeakTracker,
     Observation,
+    aged,
     observed,
     ranked,
 )
@@ -71,6 +74,8 @@ class _Dump(NamedTuple):
     the bytes recorded up to each of them (a running sum)."""
     tracebacks: dict[Frames, tuple[int, int, list[int]]]
     """Per traceback: bytes, blocks and bytes by age bucket."""
+    ages: dict[Site, tuple[list[int], int]]
+    """Per site: bytes by age bucket and blocks, as the agent's groups."""
 
 
 def _age_buckets() -> int:
@@ -96,6 +101,7 @@ def _read(path: str, max_inflate_ratio: float | None) -> _Dump:
     nbuckets = _age_buckets()
     epochs: dict[Site, dict[int, int]] = {}
     sums: dict[Frames, list[Any]] = {}
+    by_site: dict[Site, list[Any]] = {}
     for trace, age in pairs:
         assert age is not None  # a dump with ages gives one per trace
         size, count_fp = weigh(trace[1])
@@ -107,9 +113,15 @@ def _read(path: str, max_inflate_ratio: float | None) -> _Dump:
         row = sums.get(frames)
         if row is None:
             row = sums[frames] = [0, 0, [0] * nbuckets]
+        bucket = min(age.bit_length(), nbuckets - 1)
         row[0] += size
         row[1] += count_fp
-        row[2][min(age.bit_length(), nbuckets - 1)] += size
+        row[2][bucket] += size
+        aged_row = by_site.get(site)
+        if aged_row is None:
+            aged_row = by_site[site] = [[0] * nbuckets, 0]
+        aged_row[0][bucket] += size
+        aged_row[1] += count_fp
     by_epoch: dict[Site, tuple[list[int], list[int]]] = {}
     for site, per in epochs.items():
         ordered = sorted(per)
@@ -119,7 +131,9 @@ def _read(path: str, max_inflate_ratio: float | None) -> _Dump:
             running.append(total)
         by_epoch[site] = (ordered, running)
     tracebacks = {frames: (row[0], round_count(row[1]), row[2]) for frames, row in sums.items()}
-    return _Dump(path, header, clock, by_epoch, tracebacks)
+    # Blocks summed, then rounded: a line's count as the core's groups give it.
+    ages = {site: (row[0], round_count(row[1])) for site, row in by_site.items()}
+    return _Dump(path, header, clock, by_epoch, tracebacks, ages)
 
 
 def _recorded_by(dump: _Dump, site: Site, epoch: int) -> int:
@@ -249,7 +263,16 @@ def _leaks(options: argparse.Namespace) -> int:
             old = max(_recorded_by(dump, site, epoch - OLD_EPOCHS) for dump in later)
             if live or old:
                 observations[site] = observed(at, live, old, interval)
-        tracker.observe(at, observations)
+        # The ages of the last epoch are the last dump's, as the agent's
+        # cycle had them (only the last cycle's are scored).
+        ages = None
+        if epoch == end:
+            ages = {
+                site: aged(histogram, blocks, end, interval)
+                for site, (histogram, blocks) in last.ages.items()
+                if site in observations
+            }
+        tracker.observe(at, observations, ages)
     suspects = ranked(tracker.scores().items(), SUSPECT)[: options.limit]
     rows: dict[Site, list[Any]] = {site: [] for site, _score in suspects}
     for frames, (size, count, histogram) in last.tracebacks.items():

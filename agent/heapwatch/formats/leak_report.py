@@ -51,7 +51,8 @@ class LeakSuspect(NamedTuple):
     rate: float
     """Bytes per second."""
     series: str
-    """Which series scored: "old" (memory that survived) or "live"."""
+    """Which series scored: "old" (memory that survived), "live", or "ages"
+    (the ages of the site's memory now, its history beyond the window)."""
     span: float
     """Seconds of history the score was found over."""
     size: int
