@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-import heapwatch.agent.agent as agent_module
 from heapwatch import _core
 from heapwatch import tracemalloc as hw_tm
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.leaks import LeakTracker, Observation
+from heapwatch.agent.leaks import Observation
 from heapwatch.cli import main
 from heapwatch.formats.dump import iter_dump, read_dump, write_dump
 from heapwatch.server.dumps import DumpService, age_clock, dump_header, iter_traces
+from leak_recording import record_observations
 from waiting import wait_for
 
 TOKEN = "test-token-0123456789abcdef"
@@ -229,14 +229,7 @@ def early_agent(
     """An agent with an interval of an hour, and YOUNG memory allocated after
     its first cycle, then a dozen cycles run early (through the API); with
     each cycle's observations as its leak tracker got them."""
-    seen: list[Mapping[Any, Observation]] = []
-
-    class Recording(LeakTracker[Any]):
-        def observe(self, time: float, sites: Mapping[Any, Observation]) -> None:
-            seen.append(dict(sites))
-            super().observe(time, sites)
-
-    monkeypatch.setattr(agent_module, "LeakTracker", Recording)
+    seen = record_observations(monkeypatch)
     settings = {
         "port": 0,
         "interval": 3600,

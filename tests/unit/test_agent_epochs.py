@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-import heapwatch.agent.agent as agent_module
 from agent_model import FakeClock, ModelSource
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.leaks import LeakTracker, Observation
+from heapwatch.agent.leaks import Observation
+from leak_recording import record_observations
 from waiting import wait_for
 
 MODES = pytest.mark.parametrize("mode", ["exact", "sample"])
@@ -61,15 +61,7 @@ def test_cycles_run_early_stay_in_the_epoch_until_an_interval_has_passed(mode: s
 @pytest.fixture
 def observations(monkeypatch: pytest.MonkeyPatch) -> list[Mapping[Any, Observation]]:
     """Each cycle's observations, as the agent gives them to its leak tracker."""
-    seen: list[Mapping[Any, Observation]] = []
-
-    class Recording(LeakTracker[Any]):
-        def observe(self, time: float, sites: Mapping[Any, Observation]) -> None:
-            seen.append(dict(sites))
-            super().observe(time, sites)
-
-    monkeypatch.setattr(agent_module, "LeakTracker", Recording)
-    return seen
+    return record_observations(monkeypatch)
 
 
 @MODES
