@@ -13,8 +13,11 @@
 #include "compat.h"
 
 /* Recent tracebacks of the thread, by the hash of their innermost frame: a
- * hit spares hashing the capture and probing the interned set. */
-#define HW_TBCACHE_WAYS 8
+ * hit spares hashing the capture and probing the interned set.  A loop
+ * allocates at a dozen lines or more (the churn benchmark: eleven, which
+ * eight ways missed a third of the time). */
+#define HW_TBCACHE_BITS 6
+#define HW_TBCACHE_WAYS (1 << HW_TBCACHE_BITS)
 
 struct hw_memo;
 struct hw_traceback;

@@ -470,8 +470,8 @@ intern_slow_unlocked(uint32_t domain, hw_capture_t *cap)
 static inline uint32_t
 cache_way(const hw_frame_t *innermost)
 {
-    return (uint32_t)((frame_word(innermost) * UINT64_C(0x9E3779B97F4A7C15)) >> 61) &
-           (HW_TBCACHE_WAYS - 1);
+    return (uint32_t)((frame_word(innermost) * UINT64_C(0x9E3779B97F4A7C15)) >>
+                      (64 - HW_TBCACHE_BITS));
 }
 
 hw_traceback_t *
