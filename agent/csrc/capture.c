@@ -10,6 +10,23 @@
  * the walk costs less than the memo's lookup and bookkeeping. */
 #define PLAIN_STEPS 4
 
+/* From 3.12, where some frames do not count in total_nframe (the
+ * interpreter's entry frames and the __init__ trampoline), the memo also
+ * keeps, at each position, how many frames below it count, so that a chain
+ * proven unchanged is not read again for its depth.  Whether a frame counts
+ * is known from its place and what it runs: the entry frames live on the
+ * thread's C stack (and 3.15's base frame in its thread state), where no
+ * other frame is ever put while that thread state lives; the trampoline
+ * runs its own code object.  So each entry keeps its frame's executable
+ * too, an entry is trusted only when both its link and its executable are
+ * as recorded, and the memo is forgotten when the thread state changes. */
+#if !HW_EVERY_FRAME_COUNTS
+#  define HW_COUNT_MEMO 1
+#else
+#  define HW_COUNT_MEMO 0
+#  define HW_FRAME_EXECUTABLE_OFFSET 0
+#endif
+
 /* Deeper stacks are walked frame by frame, without a memo. */
 #define MEMO_MAX_DEPTH (1u << 16)
 #define MEMO_MIN_CAP 64u
@@ -20,6 +37,14 @@ typedef struct hw_memo {
      * is trusted only once the live chain has reached it. */
     hw_pyframe_t **chain;
     hw_pyframe_t **scratch; /* frames walked by the current capture, innermost first */
+#if HW_COUNT_MEMO
+    uintptr_t *executables; /* chain[p]'s executable (hw_frame_executable_bits) */
+    uint32_t *counted;      /* how many of chain[0, p) count; cap + 1 entries */
+    /* counted[0, counted_upto] were found on the entries now below them;
+     * past it, on entries since rewritten. */
+    uint32_t counted_upto;
+    PyThreadState *tstate; /* the thread state the entries were walked in */
+#endif
     uint32_t *index;        /* hash of a frame address -> position + 1, 0 when empty */
     uint32_t cap;           /* entries of chain and of scratch; index has 2 * cap */
     uint32_t written;
@@ -63,6 +88,11 @@ memo_find(const memo_t *memo, const hw_pyframe_t *frame, uint32_t *pos)
     if (entry == 0 || entry > memo->written || memo->chain[entry - 1] != frame) {
         return 0;
     }
+#if HW_COUNT_MEMO
+    if (memo->executables[entry - 1] != hw_frame_executable_bits(frame)) {
+        return 0; /* another frame at the same place: as good as unknown */
+    }
+#endif
     *pos = entry - 1;
     return 1;
 }
@@ -72,6 +102,10 @@ hw_memo_free(memo_t *memo)
 {
     hw_free(HW_MEM_TRACER, memo->chain);
     hw_free(HW_MEM_TRACER, memo->scratch);
+#if HW_COUNT_MEMO
+    hw_free(HW_MEM_TRACER, memo->executables);
+    hw_free(HW_MEM_TRACER, memo->counted);
+#endif
     hw_free(HW_MEM_TRACER, memo->index);
     hw_free(HW_MEM_TRACER, memo);
 }
@@ -107,6 +141,20 @@ memo_reserve_slow(memo_t *memo, uint32_t need)
         return -1;
     }
     memo->scratch = scratch;
+#if HW_COUNT_MEMO
+    uintptr_t *executables =
+        hw_realloc(HW_MEM_TRACER, memo->executables, cap * sizeof(*executables));
+    if (executables == NULL) {
+        return -1;
+    }
+    memo->executables = executables;
+    uint32_t *counted =
+        hw_realloc(HW_MEM_TRACER, memo->counted, ((size_t)cap + 1) * sizeof(*counted));
+    if (counted == NULL) {
+        return -1;
+    }
+    memo->counted = counted;
+#endif
     uint32_t *index = hw_calloc(HW_MEM_TRACER, 2 * (size_t)cap, sizeof(*index));
     if (index == NULL) {
         return -1;
@@ -133,6 +181,14 @@ memo_create(void)
     memo->scratch = hw_malloc(HW_MEM_TRACER, MEMO_MIN_CAP * sizeof(*memo->scratch));
     memo->index = hw_calloc(HW_MEM_TRACER, 2 * MEMO_MIN_CAP, sizeof(*memo->index));
     memo->index_shift = index_shift(MEMO_MIN_CAP);
+#if HW_COUNT_MEMO
+    memo->executables = hw_malloc(HW_MEM_TRACER, MEMO_MIN_CAP * sizeof(*memo->executables));
+    memo->counted = hw_calloc(HW_MEM_TRACER, MEMO_MIN_CAP + 1, sizeof(*memo->counted));
+    if (memo->executables == NULL || memo->counted == NULL) {
+        hw_memo_free(memo);
+        return NULL;
+    }
+#endif
     if (memo->chain == NULL || memo->scratch == NULL || memo->index == NULL) {
         hw_memo_free(memo);
         return NULL;
@@ -140,19 +196,67 @@ memo_create(void)
     return memo;
 }
 
-/* Continues a capture down chain[depth - 1] (innermost) .. chain[0]: records
- * (code, offset) of frames that count until max_nframe are recorded, and
- * counts the rest. */
+/* Notes the executables of chain[from, to), entries just written, and
+ * that the counts from from up are to be found again. */
 static inline void
-capture_from_chain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *const *chain, uint32_t depth,
+memo_wrote(memo_t *memo, uint32_t from, uint32_t to)
+{
+#if HW_COUNT_MEMO
+    for (uint32_t p = from; p < to; p++) {
+        memo->executables[p] = hw_frame_executable_bits(memo->chain[p]);
+    }
+    if (memo->counted_upto > from) {
+        memo->counted_upto = from;
+    }
+#else
+    (void)memo;
+    (void)from;
+    (void)to;
+#endif
+}
+
+/* chain[0, depth) proven live: makes counted[0, depth] hold. */
+static inline void
+memo_count(memo_t *memo, uint32_t depth)
+{
+#if HW_COUNT_MEMO
+    for (uint32_t p = memo->counted_upto; p < depth; p++) {
+        memo->counted[p + 1] = memo->counted[p] + (uint32_t)hw_frame_counts_below(memo->chain[p]);
+    }
+    if (memo->counted_upto < depth) {
+        memo->counted_upto = depth;
+    }
+#else
+    (void)memo;
+    (void)depth;
+#endif
+}
+
+/* How many of chain[0, n) count: a live chain, counted (memo_count). */
+static inline uint32_t
+memo_counted_below(const memo_t *memo, uint32_t n)
+{
+#if HW_COUNT_MEMO
+    return memo->counted[n];
+#else
+    (void)memo;
+    return n; /* HW_EVERY_FRAME_COUNTS */
+#endif
+}
+
+/* Continues a capture down chain[depth - 1] (innermost) .. chain[0], a
+ * proven chain: records (code, offset) of frames that count until
+ * max_nframe are recorded, and counts the rest. */
+static inline void
+capture_from_chain(hw_capture_t *cap, uint32_t *total, memo_t *memo, uint32_t depth,
                    int max_nframe)
 {
-#if HW_EVERY_FRAME_COUNTS
+    memo_count(memo, depth);
+    hw_pyframe_t *const *chain = memo->chain;
     if (cap->nframe >= max_nframe) {
-        *total += depth; /* captured enough already: only the depth is left */
+        *total += memo_counted_below(memo, depth); /* captured enough already */
         return;
     }
-#endif
     hw_frame_t *out = cap->frames + cap->nframe;
     hw_frame_t *const end = cap->frames + max_nframe;
     hw_pyframe_t *const *next = chain + depth; /* one past the innermost */
@@ -166,72 +270,88 @@ capture_from_chain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *const *chai
         }
     }
     uint32_t captured = (uint32_t)(out - (cap->frames + cap->nframe));
-#if HW_EVERY_FRAME_COUNTS
-    *total += captured + (uint32_t)(next - chain);
-#else
-    uint32_t counted = 0;
-    while (next > chain) {
-        counted += (uint32_t)hw_frame_counts_below(*--next);
-    }
-    *total += captured + counted;
-#endif
+    *total += captured + memo_counted_below(memo, (uint32_t)(next - chain));
     cap->nframe = (int)(out - cap->frames);
 }
 
 /* Verifies the memo's chain from *live (a live frame) down: returns the
- * lowest entry proven live, each one by the link of the entry above it.
- * Every link is read at an address taken from the memo, not from the link
- * just found equal to it, so that the reads do not wait for one another;
- * and a frame is read only once proven live, since a stale entry may point
- * into freed memory.  In assembly on x86-64: a compiler that sees a link
- * equal to the next entry may read the next frame through the link, which
- * chains the reads again (it did). */
+ * lowest entry proven live, each one by the link of the entry above it and,
+ * from 3.12, by its executable as recorded (HW_COUNT_MEMO).  Every link is
+ * read at an address taken from the memo, not from the link just found
+ * equal to it, so that the reads do not wait for one another; and a frame
+ * is read only once proven live, since a stale entry may point into freed
+ * memory.  In assembly on x86-64: a compiler that sees a link equal to the
+ * next entry may read the next frame through the link, which chains the
+ * reads again (it did). */
 static inline hw_pyframe_t **
-verify_links(hw_pyframe_t **live, hw_pyframe_t **bottom)
+verify_links(const memo_t *memo, hw_pyframe_t **live)
 {
+    hw_pyframe_t **bottom = memo->chain;
 #if defined(__x86_64__)
     /* Three instructions a link: load the entry below, compare it with the
-     * link read through the entry above, branch.  Eight links a round; the
-     * last 0 to 7 links enter a round part-way (a jump table), as if it
-     * started 8 entries above the bottom. */
+     * link read through the entry above, branch; from 3.12 three more to
+     * compare the frame's executable with the one recorded, read at the
+     * same distance from executables as the entry is from chain (the frame
+     * is read once its link proved it live, and its executable sits beside
+     * its link).  Eight links a round; the last 0 to 7 links enter a round
+     * part-way (a jump table), as if it started 8 entries above the bottom. */
+#  if HW_COUNT_MEMO
+#    define CHECK_EXECUTABLE(disp, reg, mismatch)                                                \
+        "mov " disp "(%[live],%[distance]), %[executable]\n\t"                                  \
+        "cmp %c[xoff](%[" reg "]), %[executable]\n\t"                                          \
+        "jne " mismatch "\n\t"
+    intptr_t distance = (intptr_t)((uintptr_t)memo->executables - (uintptr_t)memo->chain);
+#  else
+#    define CHECK_EXECUTABLE(disp, reg, mismatch) ""
+    intptr_t distance = 0;
+#  endif
     hw_pyframe_t *above = *live;
     hw_pyframe_t *next;
     uintptr_t tmp;
     uintptr_t table;
+    uintptr_t executable;
     __asm__("cmp %[limit], %[live]\n\t"
             "jb 3f\n"
             "1:\n\t"
             "mov -8(%[live]), %[next]\n\t"
             "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 4f\n"
+            "jne 4f\n\t"
+            CHECK_EXECUTABLE("-8", "next", "4f")
             "22:\n\t"
             "mov -16(%[live]), %[above]\n\t"
             "cmp %c[off](%[next]), %[above]\n\t"
-            "jne 11f\n"
+            "jne 11f\n\t"
+            CHECK_EXECUTABLE("-16", "above", "11f")
             "23:\n\t"
             "mov -24(%[live]), %[next]\n\t"
             "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 12f\n"
+            "jne 12f\n\t"
+            CHECK_EXECUTABLE("-24", "next", "12f")
             "24:\n\t"
             "mov -32(%[live]), %[above]\n\t"
             "cmp %c[off](%[next]), %[above]\n\t"
-            "jne 13f\n"
+            "jne 13f\n\t"
+            CHECK_EXECUTABLE("-32", "above", "13f")
             "25:\n\t"
             "mov -40(%[live]), %[next]\n\t"
             "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 14f\n"
+            "jne 14f\n\t"
+            CHECK_EXECUTABLE("-40", "next", "14f")
             "26:\n\t"
             "mov -48(%[live]), %[above]\n\t"
             "cmp %c[off](%[next]), %[above]\n\t"
-            "jne 15f\n"
+            "jne 15f\n\t"
+            CHECK_EXECUTABLE("-48", "above", "15f")
             "27:\n\t"
             "mov -56(%[live]), %[next]\n\t"
             "cmp %c[off](%[above]), %[next]\n\t"
-            "jne 16f\n"
+            "jne 16f\n\t"
+            CHECK_EXECUTABLE("-56", "next", "16f")
             "28:\n\t"
             "mov -64(%[live]), %[above]\n\t"
             "cmp %c[off](%[next]), %[above]\n\t"
             "jne 17f\n\t"
+            CHECK_EXECUTABLE("-64", "above", "17f")
             "sub $64, %[live]\n\t"
             "cmp %[limit], %[live]\n\t"
             "jae 1b\n"
@@ -278,12 +398,20 @@ verify_links(hw_pyframe_t **live, hw_pyframe_t **bottom)
             ".long 22b - 9b\n"
             "4:"
             : [live] "+r"(live), [above] "+r"(above), [next] "=&r"(next), [tmp] "=&r"(tmp),
-              [table] "=&r"(table)
-            : [bottom] "r"(bottom), [limit] "r"(bottom + 8), [off] "i"(HW_FRAME_BACK_OFFSET)
+              [table] "=&r"(table), [executable] "=&r"(executable)
+            : [bottom] "r"(bottom), [limit] "r"(bottom + 8), [off] "i"(HW_FRAME_BACK_OFFSET),
+              [distance] "r"(distance), [xoff] "i"(HW_FRAME_EXECUTABLE_OFFSET)
             : "cc", "memory");
+#  undef CHECK_EXECUTABLE
+    (void)executable;
     return live;
 #else
     while (live > bottom && hw_frame_back(*live) == live[-1]) {
+#  if HW_COUNT_MEMO
+        if (hw_frame_executable_bits(live[-1]) != memo->executables[live - 1 - bottom]) {
+            break;
+        }
+#  endif
         live--;
     }
     return live;
@@ -317,7 +445,7 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
     uint32_t low = 0;
     uint32_t ntail = 0;
     if (hit) {
-        hw_pyframe_t **live = verify_links(&memo->chain[pos], memo->chain);
+        hw_pyframe_t **live = verify_links(memo, &memo->chain[pos]);
         hw_pyframe_t *below = hw_frame_back(*live);
         low = (uint32_t)(live - memo->chain);
         /* The stack changed below chain[low] (or ends there now): walk the rest. */
@@ -330,7 +458,7 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
     }
     if (HW_LIKELY(hit && low == 0 && ntail == 0 && nfresh == 0)) {
         /* The stack the memo holds, verified: nothing to update. */
-        capture_from_chain(cap, total, memo->chain, pos + 1, max_nframe);
+        capture_from_chain(cap, total, memo, pos + 1, max_nframe);
         *chain_depth = pos + 1;
         return 0;
     }
@@ -345,19 +473,22 @@ walk_with_memo(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
         for (uint32_t p = ntail; p < ntail + kept; p++) {
             memo_note(memo, p);
         }
+        memo_wrote(memo, ntail, ntail + kept);
     }
     for (uint32_t p = 0; p < ntail; p++) {
         chain[p] = memo->scratch[nfresh + ntail - 1 - p];
         memo_note(memo, p);
     }
+    memo_wrote(memo, 0, ntail);
     for (uint32_t p = ntail + kept; p < depth; p++) {
         chain[p] = memo->scratch[depth - 1 - p];
         memo_note(memo, p);
     }
+    memo_wrote(memo, ntail + kept, depth);
     if (depth > memo->written) {
         memo->written = depth;
     }
-    capture_from_chain(cap, total, chain, depth, max_nframe);
+    capture_from_chain(cap, total, memo, depth, max_nframe);
     *chain_depth = depth;
     return 0;
 }
@@ -407,6 +538,7 @@ remember_plain(memo_t *memo, uint32_t depth, hw_pyframe_t *const *walked)
     for (uint32_t i = 0; i < PLAIN_STEPS; i++) {
         above[i] = walked[PLAIN_STEPS - 1 - i];
     }
+    memo_wrote(memo, depth, depth + PLAIN_STEPS);
     depth += PLAIN_STEPS;
     if (depth > memo->written) {
         memo->written = depth;
@@ -427,10 +559,15 @@ try_last_stack(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
     if (*innermost != top) {
         return 0;
     }
-    if (verify_links(innermost, chain) != chain || hw_frame_back(chain[0]) != NULL) {
+#if HW_COUNT_MEMO
+    if (memo->executables[memo->last_depth - 1] != hw_frame_executable_bits(top)) {
         return 0;
     }
-    capture_from_chain(cap, total, chain, memo->last_depth, max_nframe);
+#endif
+    if (verify_links(memo, innermost) != chain || hw_frame_back(chain[0]) != NULL) {
+        return 0;
+    }
+    capture_from_chain(cap, total, memo, memo->last_depth, max_nframe);
     return 1;
 }
 
@@ -463,6 +600,16 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_n
     uint32_t total = 0;
     hw_thread_t *thread = hw_thread_if_any();
     memo_t *memo = thread != NULL ? thread->memo : NULL;
+#if HW_COUNT_MEMO
+    if (memo != NULL && HW_UNLIKELY(memo->tstate != tstate)) {
+        /* Another thread state on this thread (a sub-interpreter's, or a
+         * library's that swaps them): its frames' places mean other things. */
+        memo->tstate = tstate;
+        memo->written = 0;
+        memo->last_depth = 0;
+        memo->counted_upto = 0;
+    }
+#endif
     if (memo != NULL && memo->last_depth != 0 &&
         try_last_stack(memo, cap, &total, frame, max_nframe)) {
         cap->total_nframe = (uint16_t)(total > UINT16_MAX ? UINT16_MAX : total);
@@ -479,6 +626,11 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_n
         }
         if (HW_UNLIKELY(memo == NULL) && thread != NULL) {
             memo = thread->memo = memo_create();
+#if HW_COUNT_MEMO
+            if (memo != NULL) {
+                memo->tstate = tstate;
+            }
+#endif
         }
         uint32_t depth;
         if (memo == NULL ||

@@ -188,6 +188,31 @@ hw_frame_back(hw_pyframe_t *frame)
 #  define HW_FRAME_BACK_OFFSET offsetof(hw_pyframe_t, f_back)
 #endif
 
+/* The word naming what a frame runs (3.12+: its code object, tagged on
+ * 3.14+; None for the interpreter's entry frames), read as bits. */
+#if PY_VERSION_HEX >= 0x030E0000
+#  define HW_FRAME_EXECUTABLE_OFFSET offsetof(hw_pyframe_t, f_executable)
+static inline uintptr_t
+hw_frame_executable_bits(const hw_pyframe_t *frame)
+{
+    return frame->f_executable.bits;
+}
+#elif PY_VERSION_HEX >= 0x030D0000
+#  define HW_FRAME_EXECUTABLE_OFFSET offsetof(hw_pyframe_t, f_executable)
+static inline uintptr_t
+hw_frame_executable_bits(const hw_pyframe_t *frame)
+{
+    return (uintptr_t)frame->f_executable;
+}
+#elif PY_VERSION_HEX >= 0x030C0000
+#  define HW_FRAME_EXECUTABLE_OFFSET offsetof(hw_pyframe_t, f_code)
+static inline uintptr_t
+hw_frame_executable_bits(const hw_pyframe_t *frame)
+{
+    return (uintptr_t)frame->f_code;
+}
+#endif
+
 #if PY_VERSION_HEX >= 0x030E0000
 /* From 3.14 the executable is a tagged stack reference: the low bits
  * (Py_TAG_BITS, one on 3.14, two on 3.15) say how it is owned, not where. */

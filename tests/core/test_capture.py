@@ -14,6 +14,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 from types import ModuleType
 
 from sizes import bytearray_block
@@ -171,6 +172,71 @@ def test_total_nframe_is_exact_past_the_memo_growth(core: ModuleType) -> None:
     finally:
         sys.setrecursionlimit(limit)
     _check(core, rec.expected)
+
+
+# Allocations made in the innermost frame itself, over an __init__
+# trampoline (3.12+: a frame of its own, which does not count) and over a
+# plain frame in the trampoline's place: the same addresses and the same
+# links, another count.
+_TRAMPOLINE_EXPECTED: Expected = {}
+_TRAMPOLINE_KEPT: list[bytearray] = []
+
+
+class _InitAllocates:
+    def __init__(self, size: int) -> None:
+        _TRAMPOLINE_EXPECTED[bytearray_block(size)] = _depth(sys._getframe())
+        _TRAMPOLINE_KEPT.append(bytearray(size))  # INIT ALLOC
+
+
+def _allocates(size: int) -> None:
+    _TRAMPOLINE_EXPECTED[bytearray_block(size)] = _depth(sys._getframe())
+    _TRAMPOLINE_KEPT.append(bytearray(size))  # PLAIN ALLOC
+
+
+def _plain_frame(nlocals: int) -> Callable[[int], None]:
+    """A function whose frame has nlocals more slots: one of them is as
+    large as the trampoline's, so that _allocates' frame lands where
+    __init__'s was."""
+    names = "".join(f"v{i} = " for i in range(nlocals))
+    namespace: dict[str, object] = {"_allocates": _allocates}
+    exec(f"def plain(size):\n    {names}None\n    _allocates(size)\n", namespace)
+    return namespace["plain"]  # type: ignore[return-value]
+
+
+_PLAIN_FRAMES = [_plain_frame(n) for n in range(16)]
+
+
+def _alloc_lines() -> set[tuple[str, int]]:
+    lines = Path(__file__).read_text().splitlines()
+    return {(__file__, i + 1) for i, line in enumerate(lines) if line.endswith("ALLOC")}
+
+
+def test_total_nframe_is_exact_where_the_init_trampoline_was(core: ModuleType) -> None:
+    _TRAMPOLINE_EXPECTED.clear()
+    # Made beforehand: between the two calls, nothing is allocated (3.14
+    # re-stamps an int taken from its free list), so that the capture in
+    # _allocates comes right after the last one in __init__.
+    calls = [(plain, 50_000 + 2 * i, 50_001 + 2 * i) for i, plain in enumerate(_PLAIN_FRAMES * 3)]
+    core.start(1)
+    try:
+        for plain, init_size, plain_size in calls:
+            _InitAllocates(init_size)
+            plain(plain_size)
+        sites = _alloc_lines()
+        totals = {
+            size: total
+            for _d, size, frames, total in core.take_snapshot().traces()
+            if frames[0] in sites and size in _TRAMPOLINE_EXPECTED
+        }
+    finally:
+        _TRAMPOLINE_KEPT.clear()
+    assert totals.keys() == _TRAMPOLINE_EXPECTED.keys()
+    wrong = {
+        size: (totals[size], depth)
+        for size, depth in _TRAMPOLINE_EXPECTED.items()
+        if totals[size] != depth
+    }
+    assert not wrong, f"(traced, real) depths differ for {len(wrong)} allocations: {wrong}"
 
 
 def test_each_thread_has_its_own_memo(core: ModuleType) -> None:
