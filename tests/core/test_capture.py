@@ -276,4 +276,7 @@ def test_short_lived_threads_leave_no_memo_behind(core: ModuleType) -> None:
     run_threads()
     core.clear_traces()
     core.drain()
-    assert core.get_tracemalloc_memory() - before < 4096
+    # Twenty memos left behind would hold 40 KiB and more (a memo's arrays
+    # alone take 1.5 KiB); the last thread's state may still be on its way
+    # out, since join() returns before the thread's destructors have run.
+    assert core.get_tracemalloc_memory() - before < 16 * 1024
