@@ -344,6 +344,24 @@ def test_a_leak_begun_late_is_flagged_as_soon(mode: str) -> None:
     assert _first_flagged(scores) <= 80
 
 
+def test_a_sampled_site_is_counted_from_when_its_births_began() -> None:
+    # Given a leak of 10 KiB/s begun after an hour, sampled at 512 KiB: a
+    # sample every 51.2 s, the first 51.2 s after it began (when the site is
+    # first seen: the tracker's series of it begins there)
+    w = SAMPLE_INTERVAL
+
+    def estimate(t: float) -> float:
+        return w * max(math.floor((t - 3600) / 51.2), 0)
+
+    obs = [o for o in _series(estimate, 100, var=lambda t: estimate(t) * w) if o.live > 0]
+    flagged = next(
+        o.time for i, o in enumerate(obs) if leak_score(obs[: i + 1], WINDOW, 0.0).score >= 0.9
+    )
+    # Then its shortest span may begin when its births began, about a
+    # sample's bytes before its first sample, not only a cycle before
+    assert (flagged - 3600) / 60 <= 0.6 * WINDOW / 60 + 2 * CYCLE / 60
+
+
 def test_memory_turned_over_is_not_a_leak_by_its_ages() -> None:
     # Given hand-built ages of a cache that evicts its oldest entries: even
     # births up to 2 hours (a leak's, at one instant), the window flat

@@ -52,10 +52,12 @@ The shortest span, 0.6 of the window, sets how soon a leak can be flagged
 (about 16 minutes of growth in a 30-minute window) and how long a fill must
 last to look like one: a cache that fills for 10 minutes leaves a quarter of
 the span (nearly) flat.  A site first seen within the window held 0 bytes
-before; sampled, it was first seen at its first sample, so nothing is known
-of it before the cycle ahead of that one and no span starts earlier (a span
-that began while it did not exist would take a few dozen samples of a fill
-that slows down, after a start flat by construction, for steady growth).
+before; sampled, it was first seen at its first sample, which comes about a
+sample's bytes (its estimate's variance per byte) after its births began,
+at the rate it grew since: no span starts earlier than that and the cycle
+before (a span that began while it did not exist would take a few dozen
+samples of a fill that slows down, after a start flat by construction, for
+steady growth).
 
 The ages.  A site's live memory now carries its history, which the window
 does not keep: the caller also gives, at the last cycle, the site's
@@ -501,8 +503,8 @@ def leak_score(
     observations: in time order, one a cycle (an epoch).  ages: the site's
     at the last observation, if known.  since: when watching began; a site seen for
     the first time later had 0 bytes until then (a new site starts from
-    nothing; sampled, from a cycle before its first sample).  Spans
-    reaching back before it are not scored.
+    nothing; sampled, from about a sample's bytes before its first
+    sample).  Spans reaching back before it are not scored.
     """
     if not observations or window <= 0:
         return NO_LEAK
@@ -516,13 +518,14 @@ def leak_score(
         # first seen within the window, after watching began
         if cycle > 0.0:
             weighed = _weighed(ages, cycle, round((end - obs[0].time) / cycle), obs[0].live)
-        if obs[0].live_var > 0.0:
-            # Sampled, it was first seen at its first sample: it held no
-            # bytes known a cycle before, nothing known earlier.  No span
-            # starts earlier: one that did would take a few samples of a
-            # fill that slows down, after a start flat by construction,
-            # for steady growth.
-            start = max(start, obs[0].time - cycle)
+        first = obs[0]
+        if first.live_var > 0.0 and first.live > 0.0:
+            # Sampled: no span starts before its births began (the
+            # module's docstring says why), about a sample's bytes before
+            # its first sample.
+            rate = obs[-1].live / (end - first.time) if end > first.time else 0.0
+            gap = first.live_var / first.live / rate if rate > 0.0 else 0.0
+            start = max(start, first.time - cycle - gap)
         obs.insert(0, Observation(start, 0.0, 0.0))
     times = [o.time for o in obs]
     olds = [o.old for o in obs]
