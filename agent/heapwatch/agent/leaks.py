@@ -82,7 +82,12 @@ blocks: a list's array is one).  Evenness over buckets ``[8, 2**top)``:
   the excess in ``top`` and above, and a one-sided test of the mean age
   below ``top`` against even ages (a fifth of drift tolerated): births that
   slow down show in one sum with a few samples, bucket by bucket only with
-  many; ``evenness`` goes from 0 to 1 as it goes from 0.001 to 0.05.
+  many; ``evenness`` goes from 0 to 1 as it goes from 0.001 to 0.05.  A
+  site first seen within the window whose first sighting is in bucket
+  ``top`` had even births up to there: the mean age takes in ``top`` too,
+  its bytes at the middle of their ages (a dict begun late, sampled, is
+  not its few samples in ``top`` against the rate below, which they hardly
+  move, but a mean age far older than its life's half).
 
 The ages add three things to the window's score:
 
@@ -103,8 +108,6 @@ The ages add three things to the window's score:
   the square root of their variance plus ``floor**2``: their bytes are
   blocks alive, not a noisy growth, so the bar is only that there be
   enough for their spread to say something (about 11 samples for 0.9).
-  A site first seen within the window has none: its whole life is the
-  window's, its ages tell nothing more.
   Survival: even ages are also those of a cache that evicts its oldest
   entries; a leak keeps what it held.  For a = 16, 32, ... epochs back
   within the window, the old bytes held then less those a epochs older
@@ -359,6 +362,7 @@ class _Weighed(NamedTuple):
     cycle: float  # seconds an epoch
     oldest: float  # the oldest age possible, in epochs (inf if not known)
     before: float  # bytes that may be older than that (a new site's first)
+    new: bool  # first seen within the window: its oldest age is its life
 
 
 def _weighed(
@@ -379,7 +383,8 @@ def _weighed(
     # size) and, sampled, with the sampling variance of their estimate.
     block = sum(h) / ages.blocks if ages.blocks > 0.0 else 0.0
     oldest = min(float(ages.epoch) if ages.epoch > 0 else math.inf, seen)
-    return _Weighed(h, var, sum(var[OLD_BUCKET:]) / old + block, block, cycle, oldest, held)
+    per_byte = sum(var[OLD_BUCKET:]) / old + block
+    return _Weighed(h, var, per_byte, block, cycle, oldest, held, seen < math.inf)
 
 
 def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
@@ -413,13 +418,21 @@ def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
             excess_var += s2
         x2 += miss * miss / s2
     p = min(_chi2_sf(x2, last - OLD_BUCKET), _phi(-excess / math.sqrt(excess_var)))
+    oldest = high
+    if ages.new and high <= ages.oldest < 2 * high and top < len(h):
+        # A new site's births began within bucket top, at its first
+        # sighting: even births fill it up to there, mean age halfway.
+        oldest = int(ages.oldest) + 1
+        grown += h[top]
+        aged += h[top] * (high + oldest - 1) / 2.0
     if grown > 0.0:
-        # Ages even over [low, high): mean (low + high - 1) / 2, variance
-        # (high - low)**2 / 12 an age; a rate that moves by a fifth over the
-        # span moves the mean by (high - low) / 60, which is tolerated.
-        spread2 = (high - low) ** 2 / 12.0
+        # Ages even over [low, oldest): mean (low + oldest - 1) / 2,
+        # variance (oldest - low)**2 / 12 an age; a rate that moves by a
+        # fifth over the span moves the mean by (oldest - low) / 60, which
+        # is tolerated.
+        spread2 = (oldest - low) ** 2 / 12.0
         sd = math.sqrt(spread2 * ages.per_byte / grown + RELATIVE**2 * spread2 / 12.0)
-        p = min(p, _phi(((low + high - 1) / 2.0 - aged / grown) / sd))
+        p = min(p, _phi(((low + oldest - 1) / 2.0 - aged / grown) / sd))
     return rate, p
 
 
@@ -549,8 +562,7 @@ def leak_score(
                 score *= _agreement(weighed, span)
             if score > best.score:
                 best = LeakScore(score, rate, name, span)
-    if weighed is not None and not new:
-        # (a new site's whole life is the window's: its ages tell nothing more)
+    if weighed is not None:
         by_ages = _score_ages(weighed, window, survival)
         if by_ages.score > best.score:
             best = by_ages
