@@ -21,6 +21,7 @@ from heapwatch.formats.dump import AgeClock, DumpHeader, write_dump
 from heapwatch.formats.estimates import round_count, sample_weight
 
 LEAK, CHURN, CACHE = ("app.py", 10), ("app.py", 20), ("cache.py", 5)
+TTL = ("ttl.py", 7)  # a cache whose entries expire: turned over
 INTERVAL = 65536
 DUMPED_AT = (40, 70, 100)  # over the agent's window, 60 s
 
@@ -63,6 +64,7 @@ def test_offline_scores_agree_with_the_agents(
         return sample_weight(real, INTERVAL)[0] if mode == "sample" else real
 
     sizes = {weighed(100_000): 100_000, weighed(1_000_000): 1_000_000}
+    entry = weighed(100_000)
 
     def blocks(real: int, before: int) -> int:
         """The blocks one more of ``before`` blocks of ``real`` bytes adds to
@@ -72,6 +74,15 @@ def test_offline_scores_agree_with_the_agents(
             return 1
         one = sample_weight(real, INTERVAL)[1]
         return round_count((before + 1) * one) - round_count(before * one)
+
+    def expire(site: tuple[str, int], born: int) -> None:
+        """Frees the site's entries allocated at epoch ``born`` (its oldest)."""
+        chunks = source.chunks.get(site, [])
+        while chunks and chunks[0][0] == born:
+            chunks.pop(0)
+            size, count = source.sites[site]
+            left = len(chunks)
+            source.sites[site] = (size - entry, count - blocks(100_000, left))
 
     source = ModelSource(mode, INTERVAL)
     clock = FakeClock(1_700_000_000.0)
@@ -93,6 +104,10 @@ def test_offline_scores_agree_with_the_agents(
         source.allocate(*CHURN, weighed(1_000_000), blocks(1_000_000, 0))
         if epoch <= 30:
             source.allocate(*CACHE, weighed(100_000), blocks(100_000, epoch - 1))
+        # traffic that rises, each entry expiring 40 epochs after it came
+        expire(TTL, epoch - 40)
+        for _entry in range(epoch // 4 + 1):
+            source.allocate(*TTL, entry, blocks(100_000, len(source.chunks.get(TTL, []))))
         clock.advance(1.0)
     online = agent.leak_scores()
     # When the dumps are scored offline
@@ -107,9 +122,12 @@ def test_offline_scores_agree_with_the_agents(
     assert suspect["series"] == online[LEAK].series
     if mode == "sample":  # its ages outscore its window: the last dump's ages were scored
         assert suspect["series"] == "ages"
-    # and neither the churn nor the cache is a suspect, online either
+    # and neither the churn nor the caches are suspects, online either (the
+    # expiring one grows as steadily as a leak, but what it held 16 epochs
+    # ago is gone)
     assert online[CHURN].score < 0.5
     assert online.get(CACHE) is None or online[CACHE].score < 0.5
+    assert online[TTL].score < 0.5
     # Its memory is the last dump's: 99 blocks, ages 1 to 99 epochs
     assert suspect["size"] == 99 * weighed(100_000)
     blocks = 99 if mode == "exact" else round_count(99 * sample_weight(100_000, INTERVAL)[1])

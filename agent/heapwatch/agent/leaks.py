@@ -20,11 +20,17 @@ Over spans ending now, of 0.6, 0.8 and 1.0 times the window, a series ``y``
 is scored so, with ``G`` its growth over the span:
 
 * the noise of that growth is ``V = max(v_sampling, n * v_walk)``:
-  ``v_sampling`` is how much the estimate's variance grew over the span (the
-  variance of the blocks sampled meanwhile: an unbiased estimate's variance
-  is additive over blocks; 0 in exact mode); ``v_walk`` is twice the mean
-  square of the series' ``n`` steps down (what it does by itself: a random
-  walk steps down as much as up, a leak never does, however lumpy);
+  ``v_sampling`` is the variance of the blocks sampled meanwhile that
+  survive plus that of the blocks alive at the start that died (an
+  unbiased estimate's variance is additive over blocks; 0 in exact mode):
+  the variances at the start and at the end added, less twice that of the
+  memory that may have survived the span (from the ages: the bucket of the
+  span's age and the older ones, at most the start's variance; a leak's
+  growth has the variance of its new blocks alone, a cache's turned over
+  that of its births and deaths); without ages, the end's less the
+  start's; ``v_walk`` is twice the mean square of the series' ``n`` steps
+  down (what it does by itself: a random walk steps down as much as up, a
+  leak never does, however lumpy);
 * significance: ``z = G / sqrt(V + floor**2)``, ``significance = Phi(z - 3)``,
   0.5 at three standard deviations; ``floor`` is 64 KiB;
 * shape: the span is cut into four quarters and a steady leak grows by
@@ -45,7 +51,13 @@ is scored so, with ``G`` its growth over the span:
 The shortest span, 0.6 of the window, sets how soon a leak can be flagged
 (about 16 minutes of growth in a 30-minute window) and how long a fill must
 last to look like one: a cache that fills for 10 minutes leaves a quarter of
-the span (nearly) flat.
+the span (nearly) flat.  A site first seen within the window held 0 bytes
+before; sampled, it was first seen at its first sample, which comes about a
+sample's bytes (its estimate's variance per byte) after its births began,
+at the rate it grew since: no span starts earlier than that and the cycle
+before (a span that began while it did not exist would take a few dozen
+samples of a fill that slows down, after a start flat by construction, for
+steady growth).
 
 The ages.  A site's live memory now carries its history, which the window
 does not keep: the caller also gives, at the last cycle, the site's
@@ -70,14 +82,23 @@ blocks: a list's array is one).  Evenness over buckets ``[8, 2**top)``:
   the excess in ``top`` and above, and a one-sided test of the mean age
   below ``top`` against even ages (a fifth of drift tolerated): births that
   slow down show in one sum with a few samples, bucket by bucket only with
-  many; ``evenness`` goes from 0 to 1 as it goes from 0.001 to 0.05.
+  many; ``evenness`` goes from 0 to 1 as it goes from 0.001 to 0.05.  A
+  site first seen within the window whose first sighting is in bucket
+  ``top`` had even births up to there: the mean age takes in ``top`` too,
+  its bytes at the middle of their ages (a dict begun late, sampled, is
+  not its few samples in ``top`` against the rate below, which they hardly
+  move, but a mean age far older than its life's half).
 
-The ages add two things to the window's score:
+The ages add three things to the window's score:
 
 * agreement: a span's window score is multiplied by the evenness of the
   buckets of the span's ages (``top`` the bucket holding the span's
   start): growth that looked steady in a few samples but whose ages say
   that births slow down is not a leak;
+* survival (below): a span's window score is multiplied by it, as the
+  ages' own score is: a cache that evicts, sampled, has an estimate that
+  wanders (a hundred samples turned over), which may grow for a while as
+  steadily as a leak's;
 * a score of their own, for the memory older than the window (a slow leak
   sampled at 512 KiB gets 3 or 4 samples a window, but one every 8.5
   minutes for hours): for each ``top`` whose whole buckets span at least
@@ -93,7 +114,10 @@ The ages add two things to the window's score:
   now (the buckets from a on) are what died since; their share of the
   turnover (died / (died + the bytes born since that survive)) is 0 for a
   leak, about a half for a full cache; survival goes from 1 to 0 as the
-  largest share goes from 0.1 to 0.4.  The rate is the even rate, per
+  largest share goes from 0.1 to 0.4.  Deaths of fewer bytes than two of
+  the site's blocks (their mean size) are not counted: a list's array,
+  reallocated as it grows by ``append``, is one block that dies and is
+  young again, its memory not turned over.  The rate is the even rate, per
   second.
 """
 
@@ -147,6 +171,9 @@ OLD_BUCKET = OLD_EPOCHS.bit_length()
 # was born meanwhile: up to the low one, a leak (that also frees a little);
 # from the high one, memory that is turned over (a cache that evicts).
 DEATHS_LOW, DEATHS_HIGH = 0.1, 0.4
+# Deaths of fewer bytes than this many of a site's blocks (their mean size)
+# are a block moved, not memory turned over.
+MOVED_BLOCKS = 2.0
 # Sites scoring at least this are leak suspects: the agent exports them
 # beyond the top ones, the leaks reports list them.
 SUSPECT = 0.5
@@ -269,9 +296,15 @@ def _slope(times: Sequence[float], values: Sequence[float]) -> float:
 
 
 def _score_span(
-    times: Sequence[float], ys: Sequence[float], vs: Sequence[float], start: float
+    times: Sequence[float],
+    ys: Sequence[float],
+    vs: Sequence[float],
+    start: float,
+    kept: float | None = None,
 ) -> Tuple[float, float]:
-    """(score, rate) of the series over [start, times[-1]]."""
+    """(score, rate) of the series over [start, times[-1]].  kept: the
+    variance of the memory older than the span now (from its ages; None if
+    not known: then none of the memory at the start is taken to have died)."""
     end = times[-1]
     inside = [i for i, t in enumerate(times) if t >= start]
     if len(inside) < MIN_POINTS:
@@ -286,7 +319,15 @@ def _score_span(
     steps = [b - a for a, b in zip(sub_y, sub_y[1:])]
     n = len(steps)
     v_walk = 2.0 * sum(s * s for s in steps if s < 0.0) / n
-    v_sampling = max(v_at[-1] - v_at[0], 0.0)
+    if kept is None:
+        v_sampling = max(v_at[-1] - v_at[0], 0.0)
+    else:
+        # The growth is what was born within the span and survives, less
+        # what was alive at its start and died since: two estimates, of
+        # memory now younger than the span (v_end - kept) and of memory
+        # then gone (v_start - kept), their variances added.
+        kept = min(max(kept, 0.0), v_at[0], v_at[-1])
+        v_sampling = v_at[-1] + v_at[0] - 2.0 * kept
     noise = max(v_sampling, n * v_walk)
     significance = _phi(growth / math.sqrt(noise + FLOOR_BYTES**2) - Z_HALF)
     quarter = growth / QUARTERS
@@ -300,15 +341,28 @@ def _score_span(
     return shape * significance, max(_slope(sub_t, sub_y), 0.0)
 
 
+def _kept_var(ages: Ages | None, epochs: float) -> float | None:
+    """The variance of the memory of a site that may be at least ``epochs``
+    old now: its ages' bucket holding that age and the older ones (all of
+    the bucket: what was alive at a span's start that may have survived is
+    taken at its most, a leak's whole); None without ages."""
+    if ages is None or not ages.var:
+        return None
+    bucket = min(max(math.ceil(epochs), 0).bit_length(), len(ages.var) - 1)
+    return sum(ages.var[bucket:])
+
+
 class _Weighed(NamedTuple):
     """A site's bytes by age bucket now, and what weighs them."""
 
     bytes: Sequence[float]
     var: Sequence[float]
     per_byte: float  # the variance of a bucket's bytes, per byte
+    block: float  # the mean size of the site's blocks
     cycle: float  # seconds an epoch
     oldest: float  # the oldest age possible, in epochs (inf if not known)
     before: float  # bytes that may be older than that (a new site's first)
+    new: bool  # first seen within the window: its oldest age is its life
 
 
 def _weighed(
@@ -329,7 +383,8 @@ def _weighed(
     # size) and, sampled, with the sampling variance of their estimate.
     block = sum(h) / ages.blocks if ages.blocks > 0.0 else 0.0
     oldest = min(float(ages.epoch) if ages.epoch > 0 else math.inf, seen)
-    return _Weighed(h, var, sum(var[OLD_BUCKET:]) / old + block, cycle, oldest, held)
+    per_byte = sum(var[OLD_BUCKET:]) / old + block
+    return _Weighed(h, var, per_byte, block, cycle, oldest, held, seen < math.inf)
 
 
 def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
@@ -363,13 +418,21 @@ def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
             excess_var += s2
         x2 += miss * miss / s2
     p = min(_chi2_sf(x2, last - OLD_BUCKET), _phi(-excess / math.sqrt(excess_var)))
+    oldest = high
+    if ages.new and high <= ages.oldest < 2 * high and top < len(h):
+        # A new site's births began within bucket top, at its first
+        # sighting: even births fill it up to there, mean age halfway.
+        oldest = int(ages.oldest) + 1
+        grown += h[top]
+        aged += h[top] * (high + oldest - 1) / 2.0
     if grown > 0.0:
-        # Ages even over [low, high): mean (low + high - 1) / 2, variance
-        # (high - low)**2 / 12 an age; a rate that moves by a fifth over the
-        # span moves the mean by (high - low) / 60, which is tolerated.
-        spread2 = (high - low) ** 2 / 12.0
+        # Ages even over [low, oldest): mean (low + oldest - 1) / 2,
+        # variance (oldest - low)**2 / 12 an age; a rate that moves by a
+        # fifth over the span moves the mean by (oldest - low) / 60, which
+        # is tolerated.
+        spread2 = (oldest - low) ** 2 / 12.0
         sd = math.sqrt(spread2 * ages.per_byte / grown + RELATIVE**2 * spread2 / 12.0)
-        p = min(p, _phi(((low + high - 1) / 2.0 - aged / grown) / sd))
+        p = min(p, _phi(((low + oldest - 1) / 2.0 - aged / grown) / sd))
     return rate, p
 
 
@@ -400,18 +463,26 @@ def _deaths(times: Sequence[float], olds: Sequence[float], ages: _Weighed, windo
     a = 2 * OLD_EPOCHS
     while a * ages.cycle <= window and end - a * ages.cycle >= times[0] and a.bit_length() < len(h):
         died = _at(times, olds, end - a * ages.cycle) - sum(h[a.bit_length() :])
-        if died > SHAPE_FLOOR_BYTES:  # not the rounding of sums
+        # Not the rounding of sums, nor a block moved: a list's array
+        # reallocated as it grows is one block, dead and young again.
+        if died > max(SHAPE_FLOOR_BYTES, MOVED_BLOCKS * ages.block):
             worst = max(worst, died / (died + sum(h[OLD_BUCKET : a.bit_length()])))
         a *= 2
     return worst
 
 
-def _score_ages(
-    times: Sequence[float], olds: Sequence[float], ages: _Weighed, window: float
-) -> LeakScore:
+def _survival(
+    times: Sequence[float], olds: Sequence[float], ages: _Weighed | None, window: float
+) -> float:
+    """1 for memory that survives (a leak), 0 for memory turned over."""
+    if ages is None:
+        return 1.0
+    return 1.0 - _smoothstep(DEATHS_LOW, DEATHS_HIGH, _deaths(times, olds, ages, window))
+
+
+def _score_ages(ages: _Weighed, window: float, survival: float) -> LeakScore:
     """The score of the site's old memory by its ages: steady births over
     at least the shortest span, that survived."""
-    survival = 1.0 - _smoothstep(DEATHS_LOW, DEATHS_HIGH, _deaths(times, olds, ages, window))
     best = NO_LEAK
     if not survival > 0.0:
         return best
@@ -445,7 +516,8 @@ def leak_score(
     observations: in time order, one a cycle (an epoch).  ages: the site's
     at the last observation, if known.  since: when watching began; a site seen for
     the first time later had 0 bytes until then (a new site starts from
-    nothing).  Spans reaching back before it are not scored.
+    nothing; sampled, from about a sample's bytes before its first
+    sample).  Spans reaching back before it are not scored.
     """
     if not observations or window <= 0:
         return NO_LEAK
@@ -454,14 +526,26 @@ def leak_score(
     cycle = (end - obs[0].time) / (len(obs) - 1) if len(obs) > 1 else 0.0
     weighed = _weighed(ages, cycle)
     start = end - window if since is None else max(since, end - window)
-    if since is not None and obs[0].time > start:
-        # first seen within the window, after watching began: new
+    new = since is not None and obs[0].time > start
+    if new:
+        # first seen within the window, after watching began
         if cycle > 0.0:
             weighed = _weighed(ages, cycle, round((end - obs[0].time) / cycle), obs[0].live)
+        first = obs[0]
+        if first.live_var > 0.0 and first.live > 0.0:
+            # Sampled: no span starts before its births began (the
+            # module's docstring says why), about a sample's bytes before
+            # its first sample.
+            rate = obs[-1].live / (end - first.time) if end > first.time else 0.0
+            gap = first.live_var / first.live / rate if rate > 0.0 else 0.0
+            start = max(start, first.time - cycle - gap)
         obs.insert(0, Observation(start, 0.0, 0.0))
     times = [o.time for o in obs]
     olds = [o.old for o in obs]
+    survival = _survival(times, olds, weighed, window)
     best = NO_LEAK
+    if not survival > 0.0:
+        return best
     for name, ys, vs in (
         ("old", olds, [o.old_var for o in obs]),
         ("live", [o.live for o in obs], [o.live_var for o in obs]),
@@ -471,13 +555,15 @@ def leak_score(
             start = end - span
             if start < times[0]:
                 continue
-            score, rate = _score_span(times, ys, vs, start)
+            kept = _kept_var(ages, span / cycle + 1.0) if cycle > 0.0 else None
+            score, rate = _score_span(times, ys, vs, start, kept)
+            score *= survival
             if score > best.score:
                 score *= _agreement(weighed, span)
             if score > best.score:
                 best = LeakScore(score, rate, name, span)
     if weighed is not None:
-        by_ages = _score_ages(times, olds, weighed, window)
+        by_ages = _score_ages(weighed, window, survival)
         if by_ages.score > best.score:
             best = by_ages
     return best
