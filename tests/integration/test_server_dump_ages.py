@@ -51,13 +51,12 @@ OLD = (__file__, line_of(allocate_old))
 YOUNG = (__file__, line_of(allocate_young))
 
 
-@pytest.fixture
-def agent(mode: str, tmp_path: Path) -> Iterator[Agent]:
-    """An agent cycling every INTERVAL (an epoch each), with OLD memory
-    a dozen epochs old and YOUNG memory of the last epoch or two."""
+def _started(mode: str, tmp_path: Path, interval: float) -> Agent:
+    """An agent serving with a token, every block sampled in sample mode,
+    started and past its first cycle."""
     settings = {
         "port": 0,
-        "interval": INTERVAL,
+        "interval": interval,
         "mode": mode,
         "sample_interval": 1 if mode == "sample" else 512 * 1024,  # every block sampled
         "token": TOKEN,
@@ -67,6 +66,18 @@ def agent(mode: str, tmp_path: Path) -> Iterator[Agent]:
     assert agent.start()
     try:
         wait_for(lambda: agent.readings().cycles >= 1, timeout=30)
+    except BaseException:
+        agent.stop()
+        raise
+    return agent
+
+
+@pytest.fixture
+def agent(mode: str, tmp_path: Path) -> Iterator[Agent]:
+    """An agent cycling every INTERVAL (an epoch each), with OLD memory
+    a dozen epochs old and YOUNG memory of the last epoch or two."""
+    agent = _started(mode, tmp_path, INTERVAL)
+    try:
         allocate_old(200)
         start = agent.readings().cycles
         wait_for(lambda: agent.readings().cycles >= start + 12, timeout=60)
@@ -230,18 +241,8 @@ def early_agent(
     its first cycle, then a dozen cycles run early (through the API); with
     each cycle's observations as its leak tracker got them."""
     seen = record_observations(monkeypatch)
-    settings = {
-        "port": 0,
-        "interval": 3600,
-        "mode": mode,
-        "sample_interval": 1 if mode == "sample" else 512 * 1024,  # every block sampled
-        "token": TOKEN,
-        "dump_dir": str(tmp_path / "dumps"),
-    }
-    agent = Agent(AgentConfig().replace(**settings))
-    assert agent.start()
+    agent = _started(mode, tmp_path, 3600)
     try:
-        wait_for(lambda: agent.readings().cycles >= 1, timeout=30)
         allocate_young(200)
         for _ in range(12):
             agent.run_cycle()
