@@ -79,20 +79,28 @@ memo_note(memo_t *memo, uint32_t pos)
     memo->index[memo_slot(memo, memo->chain[pos])] = pos + 1;
 }
 
+/* Whether chain[pos] is frame (a live frame) as recorded: the same place
+ * and, from 3.12, the same executable (another frame at the same place is as
+ * good as unknown). */
+static inline int
+memo_holds(const memo_t *memo, uint32_t pos, const hw_pyframe_t *frame)
+{
+    return memo->chain[pos] == frame
+#if HW_COUNT_MEMO
+           && memo->executables[pos] == hw_frame_executable_bits(frame)
+#endif
+        ;
+}
+
 /* The position of frame in the chain, if the index knows it.  A direct-mapped
  * index: a collision only costs a frame that is walked instead of verified. */
 static inline int
 memo_find(const memo_t *memo, const hw_pyframe_t *frame, uint32_t *pos)
 {
     uint32_t entry = memo->index[memo_slot(memo, frame)];
-    if (entry == 0 || entry > memo->written || memo->chain[entry - 1] != frame) {
+    if (entry == 0 || entry > memo->written || !memo_holds(memo, entry - 1, frame)) {
         return 0;
     }
-#if HW_COUNT_MEMO
-    if (memo->executables[entry - 1] != hw_frame_executable_bits(frame)) {
-        return 0; /* another frame at the same place: as good as unknown */
-    }
-#endif
     *pos = entry - 1;
     return 1;
 }
@@ -169,13 +177,19 @@ memo_reserve_slow(memo_t *memo, uint32_t need)
     return 0;
 }
 
+/* A memo for the frames of tstate. */
 static HW_COLD memo_t *
-memo_create(void)
+memo_create(PyThreadState *tstate)
 {
     memo_t *memo = hw_calloc(HW_MEM_TRACER, 1, sizeof(*memo));
     if (memo == NULL) {
         return NULL;
     }
+#if HW_COUNT_MEMO
+    memo->tstate = tstate;
+#else
+    (void)tstate;
+#endif
     memo->cap = MEMO_MIN_CAP;
     memo->chain = hw_malloc(HW_MEM_TRACER, MEMO_MIN_CAP * sizeof(*memo->chain));
     memo->scratch = hw_malloc(HW_MEM_TRACER, MEMO_MIN_CAP * sizeof(*memo->scratch));
@@ -556,14 +570,9 @@ try_last_stack(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
 {
     hw_pyframe_t **chain = memo->chain;
     hw_pyframe_t **innermost = &chain[memo->last_depth - 1];
-    if (*innermost != top) {
+    if (!memo_holds(memo, memo->last_depth - 1, top)) {
         return 0;
     }
-#if HW_COUNT_MEMO
-    if (memo->executables[memo->last_depth - 1] != hw_frame_executable_bits(top)) {
-        return 0;
-    }
-#endif
     if (verify_links(memo, innermost) != chain || hw_frame_back(chain[0]) != NULL) {
         return 0;
     }
@@ -625,12 +634,7 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_n
             thread = hw_thread();
         }
         if (HW_UNLIKELY(memo == NULL) && thread != NULL) {
-            memo = thread->memo = memo_create();
-#if HW_COUNT_MEMO
-            if (memo != NULL) {
-                memo->tstate = tstate;
-            }
-#endif
+            memo = thread->memo = memo_create(tstate);
         }
         uint32_t depth;
         if (memo == NULL ||

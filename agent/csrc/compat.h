@@ -189,27 +189,20 @@ hw_frame_back(hw_pyframe_t *frame)
 #endif
 
 /* The word naming what a frame runs (3.12+: its code object, tagged on
- * 3.14+; None for the interpreter's entry frames), read as bits. */
-#if PY_VERSION_HEX >= 0x030E0000
+ * 3.14+; None for the interpreter's entry frames), read as bits: where the
+ * capture memo's assembly reads it, and as it does. */
+#if PY_VERSION_HEX >= 0x030D0000
 #  define HW_FRAME_EXECUTABLE_OFFSET offsetof(hw_pyframe_t, f_executable)
-static inline uintptr_t
-hw_frame_executable_bits(const hw_pyframe_t *frame)
-{
-    return frame->f_executable.bits;
-}
-#elif PY_VERSION_HEX >= 0x030D0000
-#  define HW_FRAME_EXECUTABLE_OFFSET offsetof(hw_pyframe_t, f_executable)
-static inline uintptr_t
-hw_frame_executable_bits(const hw_pyframe_t *frame)
-{
-    return (uintptr_t)frame->f_executable;
-}
 #elif PY_VERSION_HEX >= 0x030C0000
 #  define HW_FRAME_EXECUTABLE_OFFSET offsetof(hw_pyframe_t, f_code)
+#endif
+#ifdef HW_FRAME_EXECUTABLE_OFFSET
 static inline uintptr_t
 hw_frame_executable_bits(const hw_pyframe_t *frame)
 {
-    return (uintptr_t)frame->f_code;
+    uintptr_t bits;
+    memcpy(&bits, (const char *)frame + HW_FRAME_EXECUTABLE_OFFSET, sizeof(bits));
+    return bits;
 }
 #endif
 
