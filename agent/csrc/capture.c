@@ -607,7 +607,7 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_n
         return 0;
     }
     uint32_t total = 0;
-    hw_thread_t *thread = hw_thread_if_any();
+    hw_thread_t *thread = hw_thread();
     memo_t *memo = thread != NULL ? thread->memo : NULL;
 #if HW_COUNT_MEMO
     if (memo != NULL && HW_UNLIKELY(memo->tstate != tstate)) {
@@ -630,9 +630,6 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_n
         memo->last_depth = 0;
     }
     if (frame != NULL) {
-        if (thread == NULL) {
-            thread = hw_thread();
-        }
         if (HW_UNLIKELY(memo == NULL) && thread != NULL) {
             memo = thread->memo = memo_create(tstate);
         }
