@@ -173,7 +173,7 @@ SPANS = (0.6, 0.8, 1.0)
 # the window holds: growth that lasts no longer and stops (a cache filling,
 # a third of the window in the scenario bank, with a fifth to spare) is no
 # leak.
-EARLY_SPANS = (0.45, 0.5, 0.55)
+EARLY_SPANS = (0.55, 0.5, 0.45)  # the longest first: they share its stretches
 FILL = 0.4
 # and what it grew beyond, against a leak's share of its growth: from a
 # quarter of it (nothing) to a half (all), not a little beside a fill.
@@ -334,30 +334,68 @@ def _slope(times: Sequence[float], values: Sequence[float]) -> float:
     return sum((t - mt) * (y - my) for t, y in zip(times, values)) / sxx
 
 
-class _Series(NamedTuple):
+def _along(times: Sequence[float], values: Sequence[float], at: Sequence[float]) -> List[float]:
+    """values at each of the times ``at`` (ascending), as _at has them, in
+    one pass."""
+    out = []
+    lo, top = 0, max(len(times) - 2, 0)
+    for t in at:
+        while lo < top and times[lo + 1] <= t:
+            lo += 1
+        hi = min(lo + 1, len(times) - 1)
+        t0, t1 = times[lo], times[hi]
+        if t1 <= t0:
+            out.append(values[hi])
+        else:
+            w = min(1.0, max(0.0, (t - t0) / (t1 - t0)))
+            out.append(values[lo] + w * (values[hi] - values[lo]))
+    return out
+
+
+class _Series:
     """A series, its variances, and from each point on the sums of its
     steps up and down squared (every span ends at the last point)."""
 
-    times: Sequence[float]
-    ys: Sequence[float]
-    vs: Sequence[float]
-    ups: Sequence[float]
-    downs: Sequence[float]
+    __slots__ = ("_begins", "_fill", "_from", "_most", "downs", "times", "ups", "vs", "ys")
 
+    def __init__(self, times: Sequence[float], ys: Sequence[float], vs: Sequence[float]) -> None:
+        self.times, self.ys, self.vs = times, ys, vs
+        self.ups = [0.0] * len(ys)
+        self.downs = [0.0] * len(ys)
+        up = down = 0.0
+        for i in range(len(ys) - 2, -1, -1):
+            step = ys[i + 1] - ys[i]
+            if step > 0.0:
+                up += step * step
+            else:
+                down += step * step
+            self.ups[i] = up
+            self.downs[i] = down
+        self._fill = self._from = 0.0
+        self._begins: List[float] = []
+        self._most: List[float] = []
 
-def _stepped(times: Sequence[float], ys: Sequence[float], vs: Sequence[float]) -> _Series:
-    ups = [0.0] * len(ys)
-    downs = [0.0] * len(ys)
-    up = down = 0.0
-    for i in range(len(ys) - 2, -1, -1):
-        step = ys[i + 1] - ys[i]
-        if step > 0.0:
-            up += step * step
-        else:
-            down += step * step
-        ups[i] = up
-        downs[i] = down
-    return _Series(times, ys, vs, ups, downs)
+    def most(self, start: float, fill: float) -> float:
+        """The most the series grew over a stretch of ``fill`` within
+        [start, times[-1]].  It is linear between its points: the most is
+        where a stretch begins or ends at one (found once for the starts
+        from the earliest asked for on)."""
+        times, ys, end = self.times, self.ys, self.times[-1]
+        first = min(max(start, times[0]), end - fill)
+        if fill != self._fill or first < self._from:
+            self._fill, self._from = fill, first
+            i, j = bisect_left(times, first), bisect_right(times, end - fill)
+            begins = sorted(
+                {*times[i:j], *(t - fill for t in times[bisect_left(times, first + fill) :])}
+            )
+            ends = _along(times, ys, [t + fill for t in begins])
+            grew = [b - a for a, b in zip(_along(times, ys, begins), ends)]
+            for k in range(len(grew) - 2, -1, -1):  # the most from each on
+                grew[k] = max(grew[k], grew[k + 1])
+            self._begins, self._most = begins, grew
+        most = _at(times, ys, first + fill) - _at(times, ys, first)
+        k = bisect_left(self._begins, first)
+        return max(most, self._most[k]) if k < len(self._most) else most
 
 
 def _score_span(
@@ -406,17 +444,7 @@ def _score_span(
     if fill > 0.0 and score > 0.0:
         # What it grew beyond its most in any stretch of ``fill``, as noisy
         # as the growth of the rest of the span: a leak's share of it.
-        # The series is linear between its points: the most is where a
-        # stretch begins or ends at one.
-        last = end - fill
-        begins = [start, last, *times[first : bisect_right(times, last)]]
-        begins += [t - fill for t in times[bisect_left(times, start + fill) :]]
-        most = 0.0
-        for begin in begins:
-            lo, hi, w = _where(times, begin)
-            lo2, hi2, w2 = _where(times, begin + fill)
-            grew = ys[lo2] + w2 * (ys[hi2] - ys[lo2]) - ys[lo] - w * (ys[hi] - ys[lo])
-            most = max(most, grew)
+        most = max(series.most(start, fill), 0.0)
         rest = 1.0 - fill / (end - start)
         z = (growth - most) / math.sqrt(rest * noise + FLOOR_BYTES**2)
         share = (growth - most) / (rest * growth)
@@ -638,8 +666,8 @@ def leak_score(
     best = NO_LEAK
     found: Sequence[float] = ()  # the best span's series
     for name, series in (
-        ("old", _stepped(times, olds, [o.old_var for o in obs])),
-        ("live", _stepped(times, [o.live for o in obs], [o.live_var for o in obs])),
+        ("old", _Series(times, olds, [o.old_var for o in obs])),
+        ("live", _Series(times, [o.live for o in obs], [o.live_var for o in obs])),
     ):
         for span, fill in spans:
             start = end - span
