@@ -259,6 +259,8 @@ def saturating_dict(keys: int, per_s: float, entry: int, start: float = 0.0) -> 
 HOUR = 3600.0
 SCENARIOS: Dict[str, List[Tuple[str, float | None, Step]]] = {
     "leak_10k": [("leak 10 KiB/s", 0.0, leak(10 * KIB, 64))],
+    # ten times the evidence: flagged sooner
+    "leak_100k": [("leak 100 KiB/s", 0.0, leak(100 * KIB, 64))],
     "leak_1k": [("leak 1 KiB/s", 0.0, leak(1 * KIB, 64))],
     "leak_1mib_per_min": [("1 MiB/min", 0.0, leak(MIB / 60, MIB))],
     "list_append": [("list.append 10 KiB/s", 0.0, growing_list(10 * KIB))],

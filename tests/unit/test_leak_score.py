@@ -376,3 +376,63 @@ def test_memory_turned_over_is_not_a_leak_by_its_ages() -> None:
     # while the same ages on a window that grew by them are a leak's
     grew = _series(lambda t: sum(histogram[OLD_BUCKET:]) - (1800 - t) / CYCLE * rate, 30)
     assert leak_score(grew, WINDOW, ages=ages).score >= 0.9
+
+
+# ---- early spans: a strong leak flagged before 0.6 of the window -------------
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_a_strong_leak_is_flagged_before_the_plain_spans(mode: str) -> None:
+    # Given a leak of 100 KiB/s from the start, hand-built (sampled: a sample
+    # every 5 s) and taken cycle by cycle with its ages
+    if mode == "exact":
+        built = _series(lambda t: 100 * KIB * t, 20)
+    else:
+        built = _sampled_leak(100 * KIB, 20, 1)
+    taken = _watched(lambda t: 100 * KIB, 20 / 60, mode, 64, 1)()
+    # Then both are flagged before 0.6 of the window (18 minutes), once it
+    # grew well beyond what any 12 minutes held (a fill of 0.4 of the window)
+    assert _minutes_to_flag(built) < 18
+    assert _first_flagged(taken) < 18
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_faster_sampled_leak_is_flagged_sooner(seed: int) -> None:
+    # Given sampled leaks of small blocks at 10 and 100 KiB/s: 1.2 and 11.7
+    # samples a minute
+    slow = _first_flagged(_watched(lambda t: 10 * KIB, 0.5, "sample", 64, seed)())
+    fast = _first_flagged(_watched(lambda t: 100 * KIB, 0.5, "sample", 64, seed)())
+    # Then the more samples, the sooner the growth is told from a fill
+    assert fast < 18
+    assert fast < slow
+
+
+@pytest.mark.parametrize("begin", [0.0, 7.0])
+@pytest.mark.parametrize("fill_minutes", [6.0, 10.0, 12.0])
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_a_fill_that_stops_within_0_4_of_the_window_is_no_leak_at_any_rate(
+    mode: str, fill_minutes: float, begin: float
+) -> None:
+    # Given a cache filling to 500 MiB (a thousand samples of 512 KiB: as
+    # strong as sampled evidence gets) in up to 0.4 of the window, from the
+    # start or after 7 minutes of 20 KiB/s, then flat, hand-built and taken
+    # with its ages (evicting as it inserts)
+    fill, start = fill_minutes * 60, begin * 60
+    size = 500 * MIB
+
+    def held(t: float) -> float:
+        return 20 * KIB * min(t, start) + min(max(t - start, 0.0), fill) * size / fill
+
+    def births(t: float) -> float:
+        return size / fill if start < t <= start + fill else 20 * KIB
+
+    if mode == "exact":
+        built = _series(held, 60)
+    else:
+        built = _series(held, 60, var=lambda t: held(t) * SAMPLE_INTERVAL)
+    taken = _watched(births, 1.0, mode, 1024, 1, cap=size)()
+    # Then no span makes it a leak: one shorter than 0.6 of the window may
+    # hold all of the fill and pass the quarters' test, but it grew nothing
+    # beyond what 12 minutes of it held
+    assert _max_score(built) < 0.5
+    assert max(score for _minute, score in taken) < 0.5

@@ -16,8 +16,10 @@ the higher score wins: the old bytes leave out the short-lived churn of the
 same site; the live bytes catch a leak that keeps being moved (the array of a
 list growing by ``append`` is young after each reallocation).
 
-Over spans ending now, of 0.6, 0.8 and 1.0 times the window, a series ``y``
-is scored so, with ``G`` its growth over the span:
+Over spans ending now, of 0.6, 0.8 and 1.0 times the window (and over its
+whole life, for a site watched for less than the window and more than 0.6
+of it: all of its evidence), a series ``y`` is scored so, with ``G`` its
+growth over the span:
 
 * the noise of that growth is ``V = max(v_sampling, n * v_walk)``:
   ``v_sampling`` is the variance of the blocks sampled meanwhile that
@@ -48,16 +50,38 @@ is scored so, with ``G`` its growth over the span:
 * ``score = shape * significance``; the rate is the least-squares slope of
   ``y`` over the span, in bytes per second.
 
-The shortest span, 0.6 of the window, sets how soon a leak can be flagged
-(about 16 minutes of growth in a 30-minute window) and how long a fill must
-last to look like one: a cache that fills for 10 minutes leaves a quarter of
-the span (nearly) flat.  A site first seen within the window held 0 bytes
-before; sampled, it was first seen at its first sample, which comes about a
-sample's bytes (its estimate's variance per byte) after its births began,
-at the rate it grew since: no span starts earlier than that and the cycle
-before (a span that began while it did not exist would take a few dozen
-samples of a fill that slows down, after a start flat by construction, for
-steady growth).
+The shortest of these spans, 0.6 of the window, sets how long a fill must
+last to look like a leak: a cache that fills for 10 minutes leaves a quarter
+of an 18-minute span (nearly) flat.  Shorter spans, of 0.45, 0.5 and 0.55 of
+the window, flag a leak sooner where its evidence is strong.  Over them a
+fill can pass the shape test (a flat tenth at each end, say), so their
+score is also weighed by ``B``, what the span grew beyond the most the
+series grew in any stretch of ``FILL`` (0.4) of the window within it (the
+series is linear between its points: the most is where a stretch begins or
+ends at one), with ``r = 1 - FILL * window / span`` the part of the span
+outside such a stretch:
+
+* ``Phi(z - 3)``, ``z = B / sqrt(r * V + floor**2)``: it grew beyond, as
+  surely as a span must grow (the rest's share of its noise);
+* and a factor from 0 to 1 as ``B / (r * G)`` goes from a quarter to a half:
+  the rest grew about as fast as the span, not only a little beside a fill
+  (a cache that filled for 10 minutes after a few of slow growth).
+
+Growth that lasts 0.4 of the window or less and stops, wherever it lies (a
+cache filling, for a third of the window in the scenario bank: a fifth to
+spare), has nothing beyond: it is no leak, however strong its evidence.  A
+leak has its rate times the rest: 10 KiB/s in exact mode, 900 KiB beyond at
+0.45 of the window (flagged after 13.5 minutes), 2 KiB/s at 0.5; sampled at
+512 KiB it needs about 18 samples beyond, which 100 KiB/s (a sample every
+5 s) has in a few minutes and 10 KiB/s (one every 51 s) not before the
+plain spans.  The more evidence, the sooner.
+
+A site first seen within the window held 0 bytes before; sampled, it was
+first seen at its first sample, which comes about a sample's bytes (its
+estimate's variance per byte) after its births began, at the rate it grew
+since: no span starts earlier than that and the cycle before (a span that
+began while it did not exist would take a few dozen samples of a fill that
+slows down, after a start flat by construction, for steady growth).
 
 The ages.  A site's live memory now carries its history, which the window
 does not keep: the caller also gives, at the last cycle, the site's
@@ -102,8 +126,9 @@ The ages add three things to the window's score:
 * a score of their own, for the memory older than the window (a slow leak
   sampled at 512 KiB gets 3 or 4 samples a window, but one every 8.5
   minutes for hours): for each ``top`` whose whole buckets span at least
-  the shortest span and that the site's memory reaches, ``evenness x
-  significance x survival``, the best of them, series "ages".
+  0.6 of the window (no fill is told apart) and that the site's memory
+  reaches, ``evenness x significance x survival``, the best of them,
+  series "ages".
   Significance is ``Phi(z - 2)``, ``z`` the old bytes up to ``top`` over
   the square root of their variance plus ``floor**2``: their bytes are
   blocks alive, not a noisy growth, so the bar is only that there be
@@ -124,6 +149,7 @@ The ages add three things to the window's score:
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Deque, Dict, Generic, List, NamedTuple, Tuple, TypeVar
@@ -131,6 +157,7 @@ from typing import Deque, Dict, Generic, List, NamedTuple, Tuple, TypeVar
 __all__ = [
     "OLD_BUCKET",
     "OLD_EPOCHS",
+    "SHORTEST_SPAN",
     "SUSPECT",
     "Ages",
     "LeakScore",
@@ -142,6 +169,17 @@ __all__ = [
 ]
 
 SPANS = (0.6, 0.8, 1.0)
+# Shorter spans, scored only for growth beyond what any stretch of FILL of
+# the window holds: growth that lasts no longer and stops (a cache filling,
+# a third of the window in the scenario bank, with a fifth to spare) is no
+# leak.
+EARLY_SPANS = (0.55, 0.5, 0.45)  # the longest first: they share its stretches
+FILL = 0.4
+# and what it grew beyond, against a leak's share of its growth: from a
+# quarter of it (nothing) to a half (all), not a little beside a fill.
+SHARE_LOW, SHARE_HIGH = 0.25, 0.5
+# The shortest span scored, of the window.
+SHORTEST_SPAN = min(EARLY_SPANS + SPANS)
 QUARTERS = 4
 MIN_POINTS = 8
 # Growth under three floors over a span is not called a leak, whatever the
@@ -269,19 +307,20 @@ def _chi2_sf(x: float, dof: int) -> float:
     return min(1.0, total)
 
 
-def _at(times: Sequence[float], values: Sequence[float], t: float) -> float:
-    """values at time t, linearly interpolated (times ascending, t within)."""
-    lo, hi = 0, len(times) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if times[mid] <= t:
-            lo = mid
-        else:
-            hi = mid
+def _where(times: Sequence[float], t: float) -> Tuple[int, int, float]:
+    """(lo, hi, w): a value at time t is values[lo] + w * (values[hi] -
+    values[lo]), linearly interpolated (times ascending, t within)."""
+    lo = max(min(bisect_right(times, t) - 1, len(times) - 2), 0)
+    hi = min(lo + 1, len(times) - 1)
     t0, t1 = times[lo], times[hi]
     if t1 <= t0:
-        return values[hi]
-    w = min(1.0, max(0.0, (t - t0) / (t1 - t0)))
+        return hi, hi, 0.0
+    return lo, hi, min(1.0, max(0.0, (t - t0) / (t1 - t0)))
+
+
+def _at(times: Sequence[float], values: Sequence[float], t: float) -> float:
+    """values at time t, linearly interpolated (times ascending, t within)."""
+    lo, hi, w = _where(times, t)
     return values[lo] + w * (values[hi] - values[lo])
 
 
@@ -295,30 +334,94 @@ def _slope(times: Sequence[float], values: Sequence[float]) -> float:
     return sum((t - mt) * (y - my) for t, y in zip(times, values)) / sxx
 
 
+def _along(times: Sequence[float], values: Sequence[float], at: Sequence[float]) -> List[float]:
+    """values at each of the times ``at`` (ascending), as _at has them, in
+    one pass."""
+    out = []
+    lo, top = 0, max(len(times) - 2, 0)
+    for t in at:
+        while lo < top and times[lo + 1] <= t:
+            lo += 1
+        hi = min(lo + 1, len(times) - 1)
+        t0, t1 = times[lo], times[hi]
+        if t1 <= t0:
+            out.append(values[hi])
+        else:
+            w = min(1.0, max(0.0, (t - t0) / (t1 - t0)))
+            out.append(values[lo] + w * (values[hi] - values[lo]))
+    return out
+
+
+class _Series:
+    """A series, its variances, and from each point on the sums of its
+    steps up and down squared (every span ends at the last point)."""
+
+    __slots__ = ("_begins", "_fill", "_from", "_most", "downs", "times", "ups", "vs", "ys")
+
+    def __init__(self, times: Sequence[float], ys: Sequence[float], vs: Sequence[float]) -> None:
+        self.times, self.ys, self.vs = times, ys, vs
+        self.ups = [0.0] * len(ys)
+        self.downs = [0.0] * len(ys)
+        up = down = 0.0
+        for i in range(len(ys) - 2, -1, -1):
+            step = ys[i + 1] - ys[i]
+            if step > 0.0:
+                up += step * step
+            else:
+                down += step * step
+            self.ups[i] = up
+            self.downs[i] = down
+        self._fill = self._from = 0.0
+        self._begins: List[float] = []
+        self._most: List[float] = []
+
+    def most(self, start: float, fill: float) -> float:
+        """The most the series grew over a stretch of ``fill`` within
+        [start, times[-1]].  It is linear between its points: the most is
+        where a stretch begins or ends at one (found once for the starts
+        from the earliest asked for on)."""
+        times, ys, end = self.times, self.ys, self.times[-1]
+        first = min(max(start, times[0]), end - fill)
+        if fill != self._fill or first < self._from:
+            self._fill, self._from = fill, first
+            i, j = bisect_left(times, first), bisect_right(times, end - fill)
+            begins = sorted(
+                {*times[i:j], *(t - fill for t in times[bisect_left(times, first + fill) :])}
+            )
+            ends = _along(times, ys, [t + fill for t in begins])
+            grew = [b - a for a, b in zip(_along(times, ys, begins), ends)]
+            for k in range(len(grew) - 2, -1, -1):  # the most from each on
+                grew[k] = max(grew[k], grew[k + 1])
+            self._begins, self._most = begins, grew
+        most = _at(times, ys, first + fill) - _at(times, ys, first)
+        k = bisect_left(self._begins, first)
+        return max(most, self._most[k]) if k < len(self._most) else most
+
+
 def _score_span(
-    times: Sequence[float],
-    ys: Sequence[float],
-    vs: Sequence[float],
-    start: float,
-    kept: float | None = None,
-) -> Tuple[float, float]:
-    """(score, rate) of the series over [start, times[-1]].  kept: the
+    series: _Series, start: float, kept: float | None = None, fill: float = 0.0
+) -> float:
+    """The score of the series over [start, times[-1]].  kept: the
     variance of the memory older than the span now (from its ages; None if
-    not known: then none of the memory at the start is taken to have died)."""
+    not known: then none of the memory at the start is taken to have died).
+    fill: how long a growth confined to one stretch of the span may last
+    and be no leak (0: none)."""
+    times, ys, vs = series.times, series.ys, series.vs
     end = times[-1]
-    inside = [i for i, t in enumerate(times) if t >= start]
-    if len(inside) < MIN_POINTS:
-        return 0.0, 0.0
-    y_at = [_at(times, ys, start + (end - start) * k / QUARTERS) for k in range(QUARTERS + 1)]
-    v_at = [_at(times, vs, start + (end - start) * k / QUARTERS) for k in range(QUARTERS + 1)]
+    first = bisect_left(times, start)
+    if len(times) - first < MIN_POINTS:
+        return 0.0
+    y_at: List[float] = []
+    v_at: List[float] = []
+    for k in range(QUARTERS + 1):
+        lo, hi, w = _where(times, start + (end - start) * k / QUARTERS)
+        y_at.append(ys[lo] + w * (ys[hi] - ys[lo]))
+        v_at.append(vs[lo] + w * (vs[hi] - vs[lo]))
     growth = y_at[-1] - y_at[0]
     if growth <= 0.0:
-        return 0.0, 0.0
-    sub_t = [times[i] for i in inside]
-    sub_y = [ys[i] for i in inside]
-    steps = [b - a for a, b in zip(sub_y, sub_y[1:])]
-    n = len(steps)
-    v_walk = 2.0 * sum(s * s for s in steps if s < 0.0) / n
+        return 0.0
+    n = len(times) - 1 - first
+    v_walk = 2.0 * series.downs[first] / n
     if kept is None:
         v_sampling = max(v_at[-1] - v_at[0], 0.0)
     else:
@@ -332,13 +435,21 @@ def _score_span(
     significance = _phi(growth / math.sqrt(noise + FLOOR_BYTES**2) - Z_HALF)
     quarter = growth / QUARTERS
     # k lumps of G / k placed at random: a quarter gets G**2 * 3 / (16 k).
-    ups = sum(s * s for s in steps if s > 0.0)
+    ups = series.ups[first]
     lumps = max(min(growth * growth / ups, n), LUMPS_MIN) if ups > 0.0 else float(n)
     v_lumps = growth * growth * (QUARTERS - 1) / (QUARTERS * QUARTERS * lumps)
     s2 = max(v_sampling / QUARTERS, v_lumps) + (RELATIVE * quarter) ** 2 + SHAPE_FLOOR_BYTES**2
     x2 = sum((y_at[k + 1] - y_at[k] - quarter) ** 2 for k in range(QUARTERS)) / s2
-    shape = _smoothstep(P_LOW, P_HIGH, _chi2_sf(x2, QUARTERS - 1))
-    return shape * significance, max(_slope(sub_t, sub_y), 0.0)
+    score = _smoothstep(P_LOW, P_HIGH, _chi2_sf(x2, QUARTERS - 1)) * significance
+    if fill > 0.0 and score > 0.0:
+        # What it grew beyond its most in any stretch of ``fill``, as noisy
+        # as the growth of the rest of the span: a leak's share of it.
+        most = max(series.most(start, fill), 0.0)
+        rest = 1.0 - fill / (end - start)
+        z = (growth - most) / math.sqrt(rest * noise + FLOOR_BYTES**2)
+        share = (growth - most) / (rest * growth)
+        score *= _phi(z - Z_HALF) * _smoothstep(SHARE_LOW, SHARE_HIGH, share)
+    return score
 
 
 def _kept_var(ages: Ages | None, epochs: float) -> float | None:
@@ -482,15 +593,16 @@ def _survival(
 
 def _score_ages(ages: _Weighed, window: float, survival: float) -> LeakScore:
     """The score of the site's old memory by its ages: steady births over
-    at least the shortest span, that survived."""
+    at least the shortest plain span, that survived."""
     best = NO_LEAK
     if not survival > 0.0:
         return best
     h, var = ages.bytes, ages.var
     shortest = SPANS[0] * window / ages.cycle
     for top in range(OLD_BUCKET + 2, len(h)):
-        # The span's whole buckets must be at least the shortest span, and
-        # the site's memory as old as them (a younger site's would look thin).
+        # The span's whole buckets must be at least the shortest plain span,
+        # and the site's memory as old as them (a younger site's would look
+        # thin).
         if (1 << (top - 1)) - (1 << (OLD_BUCKET - 1)) < shortest or not sum(h[top:]) > 0.0:
             continue
         grown = sum(h[OLD_BUCKET : top + 1])
@@ -543,25 +655,34 @@ def leak_score(
     times = [o.time for o in obs]
     olds = [o.old for o in obs]
     survival = _survival(times, olds, weighed, window)
-    best = NO_LEAK
     if not survival > 0.0:
-        return best
-    for name, ys, vs in (
-        ("old", olds, [o.old_var for o in obs]),
-        ("live", [o.live for o in obs], [o.live_var for o in obs]),
+        return NO_LEAK
+    # (span, how long a growth confined to one stretch of it is no leak)
+    spans = [(window * f, window * FILL) for f in EARLY_SPANS]
+    spans += [(window * f, 0.0) for f in SPANS]
+    life = end - times[0]
+    if window * SPANS[0] < life < window:
+        spans.append((life, 0.0))  # all of a young site's evidence
+    best = NO_LEAK
+    found: Sequence[float] = ()  # the best span's series
+    for name, series in (
+        ("old", _Series(times, olds, [o.old_var for o in obs])),
+        ("live", _Series(times, [o.live for o in obs], [o.live_var for o in obs])),
     ):
-        for fraction in SPANS:
-            span = window * fraction
+        for span, fill in spans:
             start = end - span
             if start < times[0]:
                 continue
             kept = _kept_var(ages, span / cycle + 1.0) if cycle > 0.0 else None
-            score, rate = _score_span(times, ys, vs, start, kept)
-            score *= survival
+            score = _score_span(series, start, kept, fill) * survival
             if score > best.score:
                 score *= _agreement(weighed, span)
             if score > best.score:
-                best = LeakScore(score, rate, name, span)
+                best, found = LeakScore(score, 0.0, name, span), series.ys
+    if best.score > 0.0:
+        # The rate of the best span alone: a slope is a pass over its points.
+        i = bisect_left(times, end - best.span)
+        best = best._replace(rate=max(_slope(times[i:], found[i:]), 0.0))
     if weighed is not None:
         by_ages = _score_ages(weighed, window, survival)
         if by_ages.score > best.score:

@@ -29,7 +29,7 @@ from heapwatch.agent.config import DEFAULTS, parse_leak_window
 from heapwatch.agent.leaks import (
     FLOOR_BYTES,
     OLD_EPOCHS,
-    SPANS,
+    SHORTEST_SPAN,
     SUSPECT,
     LeakTracker,
     Observation,
@@ -237,11 +237,11 @@ def _leaks(options: argparse.Namespace) -> int:
     # last dump's survivors are known, and a cache that evicts its oldest
     # entries would grow there like a leak.
     gap = date(end) - date(dumps[-2].clock.epoch)
-    if gap > SPANS[0] * window:
+    if gap > SHORTEST_SPAN * window:
         raise InputError(
-            f"the last two dumps are {gap:.1f}s apart, more than {SPANS[0]:g} of the "
+            f"the last two dumps are {gap:.1f}s apart, more than {SHORTEST_SPAN:g} of the "
             f"{window:g}s window: what was freed between them is not known; give dumps "
-            f"at most {SPANS[0] * window:.1f}s apart (or a longer --window)"
+            f"at most {SHORTEST_SPAN * window:.1f}s apart (or a longer --window)"
         )
     first = max(start, end - math.ceil(window / date.interval) - 1)
     sites = {
