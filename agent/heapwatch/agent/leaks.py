@@ -307,15 +307,20 @@ def _chi2_sf(x: float, dof: int) -> float:
     return min(1.0, total)
 
 
-def _where(times: Sequence[float], t: float) -> Tuple[int, int, float]:
-    """(lo, hi, w): a value at time t is values[lo] + w * (values[hi] -
-    values[lo]), linearly interpolated (times ascending, t within)."""
-    lo = max(min(bisect_right(times, t) - 1, len(times) - 2), 0)
+def _between(times: Sequence[float], lo: int, t: float) -> Tuple[int, int, float]:
+    """(lo, hi, w): a value at time t, from point lo (the last at or before
+    it), is values[lo] + w * (values[hi] - values[lo]), linearly
+    interpolated (times ascending, t within)."""
     hi = min(lo + 1, len(times) - 1)
     t0, t1 = times[lo], times[hi]
     if t1 <= t0:
         return hi, hi, 0.0
     return lo, hi, min(1.0, max(0.0, (t - t0) / (t1 - t0)))
+
+
+def _where(times: Sequence[float], t: float) -> Tuple[int, int, float]:
+    """_between(times, lo, t), lo found by bisection."""
+    return _between(times, max(min(bisect_right(times, t) - 1, len(times) - 2), 0), t)
 
 
 def _at(times: Sequence[float], values: Sequence[float], t: float) -> float:
@@ -342,13 +347,8 @@ def _along(times: Sequence[float], values: Sequence[float], at: Sequence[float])
     for t in at:
         while lo < top and times[lo + 1] <= t:
             lo += 1
-        hi = min(lo + 1, len(times) - 1)
-        t0, t1 = times[lo], times[hi]
-        if t1 <= t0:
-            out.append(values[hi])
-        else:
-            w = min(1.0, max(0.0, (t - t0) / (t1 - t0)))
-            out.append(values[lo] + w * (values[hi] - values[lo]))
+        a, b, w = _between(times, lo, t)
+        out.append(values[a] + w * (values[b] - values[a]))
     return out
 
 
