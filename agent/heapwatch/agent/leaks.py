@@ -33,8 +33,12 @@ growth over the span:
   start's; ``v_walk`` is twice the mean square of the series' ``n`` steps
   down (what it does by itself: a random walk steps down as much as up, a
   leak never does, however lumpy);
-* significance: ``z = G / sqrt(V + floor**2)``, ``significance = Phi(z - 3)``,
-  0.5 at three standard deviations; ``floor`` is 64 KiB;
+* significance: ``z = G / sqrt(V + floor**2)``, ``significance =
+  Phi(2 (z - 3))``, 0.5 at three standard deviations, 0.9 at 3.64; ``floor``
+  is 64 KiB.  A suspect (0.5) is where it was at ``Phi(z - 3)``; only the
+  step from suspect to flagged is steeper (0.9 at 4.28 took a sampled leak
+  of 10 KiB/s, a sample every 51 s, past 20 minutes on a third of draws:
+  18.3 samples where 13.3 now do);
 * shape: the span is cut into four quarters and a steady leak grows by
   ``G / 4`` in each, give or take ``s**2 = max(v_sampling / 4, L) +
   (0.2 * G / 4)**2 + (1 KiB)**2``: ``L = 3 G**2 / (16 k)`` is what ``k``
@@ -61,8 +65,8 @@ series is linear between its points: the most is where a stretch begins or
 ends at one), with ``r = 1 - FILL * window / span`` the part of the span
 outside such a stretch:
 
-* ``Phi(z - 3)``, ``z = B / sqrt(r * V + floor**2)``: it grew beyond, as
-  surely as a span must grow (the rest's share of its noise);
+* ``Phi(2 (z - 3))``, ``z = B / sqrt(r * V + floor**2)``: it grew beyond,
+  as surely as a span must grow (the rest's share of its noise);
 * and a factor from 0 to 1 as ``B / (r * G)`` goes from a quarter to a half:
   the rest grew about as fast as the span, not only a little beside a fill
   (a cache that filled for 10 minutes after a few of slow growth).
@@ -72,7 +76,7 @@ cache filling, for a third of the window in the scenario bank: a fifth to
 spare), has nothing beyond: it is no leak, however strong its evidence.  A
 leak has its rate times the rest: 10 KiB/s in exact mode, 900 KiB beyond at
 0.45 of the window (flagged after 13.5 minutes), 2 KiB/s at 0.5; sampled at
-512 KiB it needs about 18 samples beyond, which 100 KiB/s (a sample every
+512 KiB it needs about 13 samples beyond, which 100 KiB/s (a sample every
 5 s) has in a few minutes and 10 KiB/s (one every 51 s) not before the
 plain spans.  The more evidence, the sooner.
 
@@ -99,19 +103,21 @@ blocks: a list's array is one).  Evenness over buckets ``[8, 2**top)``:
 * ``rate`` is the mean of the whole buckets below ``top``; bucket ``top``
   and the next may be partly filled (the births began there) but hold no
   more than the rate times the ages they can hold: up to the epoch, or,
-  for a site first seen within the window (it held nothing worth watching
-  before), up to its first sighting, and what it held then;
+  for a site first seen after watching began (it held nothing worth
+  watching before), up to its first sighting, and what it held then, for
+  as long as it is watched: a dict begun an hour ago that saturates is not
+  a rate over the hours before, once the window has moved past its start;
 * its p-value is the lowest of a chi-square over the buckets (each given
   ``u * e + (0.2 * e)**2``, ``e`` its expected bytes), a one-sided test of
   the excess in ``top`` and above, and a one-sided test of the mean age
   below ``top`` against even ages (a fifth of drift tolerated): births that
   slow down show in one sum with a few samples, bucket by bucket only with
   many; ``evenness`` goes from 0 to 1 as it goes from 0.001 to 0.05.  A
-  site first seen within the window whose first sighting is in bucket
-  ``top`` had even births up to there: the mean age takes in ``top`` too,
-  its bytes at the middle of their ages (a dict begun late, sampled, is
-  not its few samples in ``top`` against the rate below, which they hardly
-  move, but a mean age far older than its life's half).
+  site whose oldest possible age (its first sighting, or the epoch) is in
+  bucket ``top`` had even births up to there: the mean age takes in
+  ``top`` too, its bytes at the middle of their ages (a dict begun late,
+  sampled, is not its few samples in ``top`` against the rate below, which
+  they hardly move, but a mean age far older than its life's half).
 
 The ages add three things to the window's score:
 
@@ -193,6 +199,9 @@ LUMPS_MIN = 4.0
 RELATIVE = 0.2
 P_LOW, P_HIGH = 0.001, 0.05
 Z_HALF = 3.0
+# How fast a span's significance goes from 0.5 (Z_HALF standard deviations)
+# to 1: 0.9 at Z_HALF + 1.28 / STEEP.
+STEEP = 2.0
 # The ages' significance is half at two standard deviations, not three: their
 # bytes are not a noisy series' growth but blocks alive now (sampled ones are
 # real blocks), so the bar is only that there be enough of them for their
@@ -284,6 +293,11 @@ def _smoothstep(low: float, high: float, x: float) -> float:
 
 def _phi(x: float) -> float:
     return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _significance(z: float) -> float:
+    """A span's growth of z standard deviations, from 0 to 1."""
+    return _phi(STEEP * (z - Z_HALF))
 
 
 def _chi2_sf(x: float, dof: int) -> float:
@@ -432,7 +446,7 @@ def _score_span(
         kept = min(max(kept, 0.0), v_at[0], v_at[-1])
         v_sampling = v_at[-1] + v_at[0] - 2.0 * kept
     noise = max(v_sampling, n * v_walk)
-    significance = _phi(growth / math.sqrt(noise + FLOOR_BYTES**2) - Z_HALF)
+    significance = _significance(growth / math.sqrt(noise + FLOOR_BYTES**2))
     quarter = growth / QUARTERS
     # k lumps of G / k placed at random: a quarter gets G**2 * 3 / (16 k).
     ups = series.ups[first]
@@ -448,7 +462,7 @@ def _score_span(
         rest = 1.0 - fill / (end - start)
         z = (growth - most) / math.sqrt(rest * noise + FLOOR_BYTES**2)
         share = (growth - most) / (rest * growth)
-        score *= _phi(z - Z_HALF) * _smoothstep(SHARE_LOW, SHARE_HIGH, share)
+        score *= _significance(z) * _smoothstep(SHARE_LOW, SHARE_HIGH, share)
     return score
 
 
@@ -473,16 +487,15 @@ class _Weighed(NamedTuple):
     cycle: float  # seconds an epoch
     oldest: float  # the oldest age possible, in epochs (inf if not known)
     before: float  # bytes that may be older than that (a new site's first)
-    new: bool  # first seen within the window: its oldest age is its life
 
 
 def _weighed(
     ages: Ages | None, cycle: float, seen: float = math.inf, held: float = 0.0
 ) -> _Weighed | None:
     """A site's ages, weighed; None without old bytes.  seen: the epochs
-    since a site new within the window was first seen, held: its bytes
-    then (before, it held nothing worth watching: no more than those are
-    older than that)."""
+    since a site first seen after watching began was first seen, held: its
+    bytes then (before, it held nothing worth watching: no more than those
+    are older than that)."""
     if ages is None or len(ages.bytes) < OLD_BUCKET + 3 or not cycle > 0.0:
         return None
     h = ages.bytes
@@ -495,7 +508,7 @@ def _weighed(
     block = sum(h) / ages.blocks if ages.blocks > 0.0 else 0.0
     oldest = min(float(ages.epoch) if ages.epoch > 0 else math.inf, seen)
     per_byte = sum(var[OLD_BUCKET:]) / old + block
-    return _Weighed(h, var, per_byte, block, cycle, oldest, held, seen < math.inf)
+    return _Weighed(h, var, per_byte, block, cycle, oldest, held)
 
 
 def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
@@ -530,9 +543,10 @@ def _evenness(ages: _Weighed, top: int, above: int = 1) -> Tuple[float, float]:
         x2 += miss * miss / s2
     p = min(_chi2_sf(x2, last - OLD_BUCKET), _phi(-excess / math.sqrt(excess_var)))
     oldest = high
-    if ages.new and high <= ages.oldest < 2 * high and top < len(h):
-        # A new site's births began within bucket top, at its first
-        # sighting: even births fill it up to there, mean age halfway.
+    if high <= ages.oldest < 2 * high and top < len(h):
+        # Its births began within bucket top (at its first sighting, or
+        # when tracing began): even births fill it up to there, mean age
+        # halfway.
         oldest = int(ages.oldest) + 1
         grown += h[top]
         aged += h[top] * (high + oldest - 1) / 2.0
@@ -622,6 +636,7 @@ def leak_score(
     window: float,
     since: float | None = None,
     ages: Ages | None = None,
+    first: Observation | None = None,
 ) -> LeakScore:
     """The score of one site over the window ending at its last observation.
 
@@ -629,28 +644,35 @@ def leak_score(
     at the last observation, if known.  since: when watching began; a site seen for
     the first time later had 0 bytes until then (a new site starts from
     nothing; sampled, from about a sample's bytes before its first
-    sample).  Spans reaching back before it are not scored.
+    sample).  Spans reaching back before it are not scored.  first: the
+    site's first observation, if that was after watching began, even if the
+    window has moved past it: no memory of the site is older, but for what
+    it held then.
     """
     if not observations or window <= 0:
         return NO_LEAK
     obs = list(observations)
     end = obs[-1].time
     cycle = (end - obs[0].time) / (len(obs) - 1) if len(obs) > 1 else 0.0
-    weighed = _weighed(ages, cycle)
     start = end - window if since is None else max(since, end - window)
     new = since is not None and obs[0].time > start
     if new:
-        # first seen within the window, after watching began
-        if cycle > 0.0:
-            weighed = _weighed(ages, cycle, round((end - obs[0].time) / cycle), obs[0].live)
-        first = obs[0]
-        if first.live_var > 0.0 and first.live > 0.0:
+        first = obs[0]  # first seen within the window, after watching began
+    weighed = _weighed(ages, cycle)
+    if first is not None and cycle > 0.0:
+        # Its ages are bounded by its life, long after the window has moved
+        # past its start: a dict begun an hour ago that saturates is not
+        # even births over the hours before.
+        weighed = _weighed(ages, cycle, round((end - first.time) / cycle), first.live)
+    if new:
+        head = obs[0]
+        if head.live_var > 0.0 and head.live > 0.0:
             # Sampled: no span starts before its births began (the
             # module's docstring says why), about a sample's bytes before
             # its first sample.
-            rate = obs[-1].live / (end - first.time) if end > first.time else 0.0
-            gap = first.live_var / first.live / rate if rate > 0.0 else 0.0
-            start = max(start, first.time - cycle - gap)
+            rate = obs[-1].live / (end - head.time) if end > head.time else 0.0
+            gap = head.live_var / head.live / rate if rate > 0.0 else 0.0
+            start = max(start, head.time - cycle - gap)
         obs.insert(0, Observation(start, 0.0, 0.0))
     times = [o.time for o in obs]
     olds = [o.old for o in obs]
@@ -705,6 +727,9 @@ class LeakTracker(Generic[K]):
         self._since: float | None = None
         self._now: float | None = None
         self._series: Dict[K, Deque[Observation]] = {}
+        # The first observation of a site first seen after watching began,
+        # kept while its series is: its memory is no older.
+        self._first: Dict[K, Observation] = {}
         self._ages: Mapping[K, Ages] = {}
 
     def observe(
@@ -724,9 +749,12 @@ class LeakTracker(Generic[K]):
         horizon = time - self.window
         for key, obs in sites.items():
             series = self._series.get(key)
+            seen = Observation(time, obs.live, obs.old, obs.live_var, obs.old_var)
             if series is None:
                 series = self._series[key] = deque()
-            series.append(Observation(time, obs.live, obs.old, obs.live_var, obs.old_var))
+                if time > self._since:
+                    self._first[key] = seen
+            series.append(seen)
         gone: List[K] = []
         for key, series in self._series.items():
             if key not in sites:
@@ -738,18 +766,21 @@ class LeakTracker(Generic[K]):
                 gone.append(key)
         for key in gone:
             del self._series[key]
+            self._first.pop(key, None)
         self._ages = ages if ages is not None else {}
 
     def scores(self) -> Dict[K, LeakScore]:
         """Every site's score.  A site whose series ends less than
         FLOOR_BYTES above its lowest point (0 for a site new in the window)
         grew less than that over any span, which scores at most
-        Phi(1 - Z_HALF) = 0.023: it gets NO_LEAK without the full test, so
+        _significance(1) = 3e-5: it gets NO_LEAK without the full test, so
         that a cycle pays for the sites that grow, not for every site."""
         scored: Dict[K, LeakScore] = {}
         for key, series in self._series.items():
             if self._may_grow(series):
-                scored[key] = leak_score(series, self.window, self._since, self._ages.get(key))
+                scored[key] = leak_score(
+                    series, self.window, self._since, self._ages.get(key), self._first.get(key)
+                )
             else:
                 scored[key] = NO_LEAK
         return scored
