@@ -7,7 +7,6 @@ suspects neither the churn nor a cache that stopped filling."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,13 @@ from cli_runner import run_cli
 from heapwatch.agent import agent as agent_module
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.leaks import Ages, LeakTracker, Observation
 from heapwatch.cli import leaks as cli_leaks
 from heapwatch.cli import main
 from heapwatch.formats.dump import AgeClock, DumpHeader, write_dump
 from heapwatch.formats.estimates import round_count, sample_weight
+from leak_recording import record_ages
 
 LEAK, CHURN, CACHE = ("app.py", 10), ("app.py", 20), ("cache.py", 5)
-Site = tuple[str, int]
 TTL = ("ttl.py", 7)  # a cache whose entries expire: turned over
 INTERVAL = 65536
 DUMPED_AT = (40, 60, 80, 100)  # over the agent's window, 60 s: under 0.45 of it apart
@@ -94,25 +92,8 @@ def test_offline_scores_agree_with_the_agents(
 
     # What each tracker was given as ages, cycle by cycle: the agent's and
     # the command's
-    agent_ages: list[Mapping[Site, Ages]] = []
-    fed: list[Mapping[Site, Ages] | None] = []
-
-    class Recording(LeakTracker[Site]):
-        def observe(
-            self,
-            time: float,
-            sites: Mapping[Site, Observation],
-            ages: Mapping[Site, Ages] | None = None,
-        ) -> None:
-            if offline:
-                fed.append(ages)
-            else:
-                agent_ages.append(ages or {})
-            super().observe(time, sites, ages)
-
-    offline = False
-    monkeypatch.setattr(agent_module, "LeakTracker", Recording)
-    monkeypatch.setattr(cli_leaks, "LeakTracker", Recording)
+    agent_ages = record_ages(monkeypatch, agent_module)
+    fed = record_ages(monkeypatch, cli_leaks)
     source = ModelSource(mode, INTERVAL)
     clock = FakeClock(1_700_000_000.0)
     config = AgentConfig(
@@ -139,9 +120,7 @@ def test_offline_scores_agree_with_the_agents(
             source.allocate(*TTL, entry, blocks(100_000, len(source.chunks.get(TTL, []))))
         clock.advance(1.0)
     online = agent.leak_scores()
-    online_ages = agent_ages[-1][LEAK]
     # When the dumps are scored offline
-    offline = True
     status, report, err = run(capsys, "leaks", "--json", *reversed(paths))
     # Then the leak is the one suspect, with the agent's own score and rate
     assert (status, err) == (0, "")
@@ -153,7 +132,8 @@ def test_offline_scores_agree_with_the_agents(
     assert suspect["series"] == online[LEAK].series
     # and the last dump's ages were scored, the ages the agent's last cycle
     # had (the leak's: 99 blocks of ages 1 to 99)
-    assert fed[-1] is not None and fed[-1][LEAK] == online_ages
+    assert agent_ages[-1] is not None and fed[-1] is not None
+    assert fed[-1][LEAK] == agent_ages[-1][LEAK]
     # and neither the churn nor the caches are suspects, online either (the
     # expiring one grows as steadily as a leak, but what it held 16 epochs
     # ago is gone)

@@ -658,12 +658,13 @@ def leak_score(
     new = since is not None and obs[0].time > start
     if new:
         first = obs[0]  # first seen within the window, after watching began
-    weighed = _weighed(ages, cycle)
     if first is not None and cycle > 0.0:
         # Its ages are bounded by its life, long after the window has moved
         # past its start: a dict begun an hour ago that saturates is not
         # even births over the hours before.
         weighed = _weighed(ages, cycle, round((end - first.time) / cycle), first.live)
+    else:
+        weighed = _weighed(ages, cycle)
     if new:
         head = obs[0]
         if head.live_var > 0.0 and head.live > 0.0:
