@@ -351,10 +351,153 @@ raw_untracked_free(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* errno_churn(iterations, threads) -> (changed, errno seen): the service's
+ * view of errno across allocator calls.  Before each call errno is set to a
+ * value no allocator sets (EDOM); after a free, a successful malloc or
+ * realloc, or PyTraceMalloc_Track/Untrack, it must still be EDOM: C code
+ * reads errno after such calls (CPython's _Py_wfopen frees the path between
+ * fopen() and its caller's PyErr_SetFromErrno()).  `threads` pthreads churn
+ * RAW blocks without the GIL while the caller churns MEM and OBJ blocks with
+ * it, so that the hooks' lock is contended.  Returns how many calls changed
+ * errno and the last value one left. */
+typedef struct {
+    Py_ssize_t iterations;
+    unsigned seed;
+    int gil; /* 1: MEM and OBJ, 0: RAW and tracked blocks */
+    long changed;
+    int seen;
+} errno_churn_t;
+
+#define ERRNO_SENTINEL EDOM
+
+static void
+errno_check(errno_churn_t *churn)
+{
+    if (errno != ERRNO_SENTINEL) {
+        churn->changed++;
+        churn->seen = errno;
+    }
+    errno = ERRNO_SENTINEL;
+}
+
+static void *
+errno_churn_run(void *arg)
+{
+    errno_churn_t *churn = arg;
+    void *keep[16] = {0};
+    unsigned seed = churn->seed;
+    errno = ERRNO_SENTINEL;
+    for (Py_ssize_t i = 0; i < churn->iterations; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int slot = (int)((seed >> 16) % 16);
+        size_t size = 1 + (seed >> 8) % 2048;
+        int obj = slot & 1; /* a slot's blocks stay in one domain */
+        if (keep[slot] == NULL) {
+            keep[slot] = !churn->gil ? PyMem_RawMalloc(size)
+                         : obj       ? PyObject_Malloc(size)
+                                     : PyMem_Malloc(size);
+            if (keep[slot] != NULL) {
+                errno_check(churn);
+            }
+        }
+        else if (seed & 1) {
+            void *p = !churn->gil ? PyMem_RawRealloc(keep[slot], size)
+                      : obj       ? PyObject_Realloc(keep[slot], size)
+                                  : PyMem_Realloc(keep[slot], size);
+            if (p != NULL) {
+                errno_check(churn);
+                keep[slot] = p;
+            }
+        }
+        else {
+            if (!churn->gil) {
+                PyMem_RawFree(keep[slot]);
+            }
+            else if (obj) {
+                PyObject_Free(keep[slot]);
+            }
+            else {
+                PyMem_Free(keep[slot]);
+            }
+            errno_check(churn);
+            keep[slot] = NULL;
+        }
+        if (!churn->gil && (seed & 6) == 0) {
+            void *p = malloc(64);
+            if (p != NULL) {
+                PyTraceMalloc_Track(7, (uintptr_t)p, 64);
+                errno_check(churn);
+                PyTraceMalloc_Untrack(7, (uintptr_t)p);
+                errno_check(churn);
+                free(p);
+                errno = ERRNO_SENTINEL;
+            }
+        }
+    }
+    for (int i = 0; i < 16; i++) {
+        if (!churn->gil) {
+            PyMem_RawFree(keep[i]);
+        }
+        else if (i & 1) {
+            PyObject_Free(keep[i]);
+        }
+        else {
+            PyMem_Free(keep[i]);
+        }
+    }
+    return NULL;
+}
+
+static PyObject *
+errno_churn(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t iterations;
+    int nthreads;
+    if (!PyArg_ParseTuple(args, "ni", &iterations, &nthreads)) {
+        return NULL;
+    }
+    if (nthreads < 0 || nthreads > 16) {
+        PyErr_Format(PyExc_ValueError, "threads must be 0 to 16, got %d", nthreads);
+        return NULL;
+    }
+    errno_churn_t churns[17];
+    pthread_t threads[16];
+    int started = 0;
+    for (int t = 0; t <= nthreads; t++) {
+        churns[t] = (errno_churn_t){iterations, 12345u + (unsigned)t, t == nthreads, 0, 0};
+    }
+    for (; started < nthreads; started++) {
+        if (pthread_create(&threads[started], NULL, errno_churn_run, &churns[started]) != 0) {
+            break;
+        }
+    }
+    errno_churn_run(&churns[nthreads]); /* with the GIL: MEM and OBJ */
+    Py_BEGIN_ALLOW_THREADS
+    for (int t = 0; t < started; t++) {
+        pthread_join(threads[t], NULL);
+    }
+    Py_END_ALLOW_THREADS
+    if (started < nthreads) {
+        PyErr_SetString(PyExc_OSError, "pthread_create failed");
+        return NULL;
+    }
+    long changed = 0;
+    int seen = 0;
+    for (int t = 0; t <= nthreads; t++) {
+        changed += churns[t].changed;
+        if (churns[t].changed) {
+            seen = churns[t].seen;
+        }
+    }
+    return Py_BuildValue("li", changed, seen);
+}
+
 static PyMethodDef methods[] = {
     {"raw_alloc_nogil", raw_alloc_nogil, METH_VARARGS, NULL},
     {"raw_free_nogil", raw_free_nogil, METH_O, NULL},
     {"churn_nogil", churn_nogil, METH_VARARGS, NULL},
+    {"errno_churn", errno_churn, METH_VARARGS, NULL},
     {"foreign_thread_alloc_while_holding_gil", foreign_thread_alloc_while_holding_gil,
      METH_VARARGS, NULL},
     {"tracked_malloc", tracked_malloc, METH_VARARGS, NULL},
