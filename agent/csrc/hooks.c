@@ -48,14 +48,6 @@ static int fork_handlers_registered;
  * touches it, between prepare and parent/child. */
 static int fork_saved_reentrant;
 
-/* errno: a hook leaves it as the allocator it wraps does.  C code reads
- * errno after calls that allocate or free on their way out (CPython's
- * _Py_wfopen frees the path between fopen() and its caller's
- * PyErr_SetFromErrno()), and our own work may set it: the futex wait of a
- * contended hw_tables_lock (EAGAIN, ETIMEDOUT), the madvise of a new arena,
- * the C API.  So every path that does our work keeps errno across it: the
- * slow paths only, since the fast paths do nothing but count. */
-
 /* Code references waiting in the graveyard before we ask the main thread
  * to release them (the agent's cycle and every snapshot drain it too). */
 #define GRAVEYARD_DRAIN_AT 4096
@@ -80,9 +72,11 @@ queue_drain(void)
     if (__atomic_exchange_n(&drain_queued, 1, __ATOMIC_RELAXED)) {
         return;
     }
+    int err = errno; /* the pending calls' lock may sleep: see sync.h */
     if (Py_AddPendingCall(drain_pending_call, NULL) != 0) {
         __atomic_store_n(&drain_queued, 0, __ATOMIC_RELAXED);
     }
+    errno = err;
 }
 
 static inline void
@@ -124,12 +118,10 @@ in_main_interp(void)
 static inline void
 record_block_in(uint32_t domain, void *ptr, size_t size, int gil_domain)
 {
-    int err = errno;
     uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
     hw_capture_t cap;
     if (capture_caller(&cap, gil_domain) < 0) {
         hw_count_dropped();
-        errno = err;
         return;
     }
     hw_lock();
@@ -147,7 +139,6 @@ record_block_in(uint32_t domain, void *ptr, size_t size, int gil_domain)
     if (!cap.no_code_refs) {
         maybe_queue_drain(dead);
     }
-    errno = err;
 }
 
 static void
@@ -244,27 +235,25 @@ hw_hooks_restamp(void *block)
         return;
     }
     uint32_t fast = hook_enter(tls); /* a capture may allocate the thread's state */
-    int err = errno;
     hw_capture_t cap;
-    size_t dead = 0;
     if (capture_caller(&cap, 1) < 0) {
-        /* the old stamp stays: better than no trace */
+        hook_leave(tls, fast);
+        return; /* the old stamp stays: better than no trace */
     }
-    else if (cap.no_code_refs) { /* another interpreter's object: nothing better to stamp */
+    if (cap.no_code_refs) { /* another interpreter's object: nothing better to stamp */
         hw_capture_release(&cap);
+        hook_leave(tls, fast);
+        return;
     }
-    else {
-        hw_lock();
-        if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
-            hw_restamp_unlocked((uintptr_t)block, &cap);
-        }
-        dead = hw_graveyard_len_unlocked();
-        hw_unlock();
-        hw_capture_release(&cap);
+    hw_lock();
+    if (hw_tracer.tracing && hw_tracer.epoch == epoch) {
+        hw_restamp_unlocked((uintptr_t)block, &cap);
     }
+    size_t dead = hw_graveyard_len_unlocked();
+    hw_unlock();
+    hw_capture_release(&cap);
     hook_leave(tls, fast);
     maybe_queue_drain(dead);
-    errno = err;
 }
 
 void
@@ -293,7 +282,6 @@ hw_hooks_untrack(unsigned int domain, uintptr_t ptr)
     if (hw_tls.reentrant || !(state & HW_STATE_TRACING) || !maybe_traced(state, (void *)ptr)) {
         return;
     }
-    int err = errno;
     hw_lock();
     if (hw_tracer.tracing) {
         (void)hw_remove_trace_unlocked(domain, ptr);
@@ -305,7 +293,6 @@ hw_hooks_untrack(unsigned int domain, uintptr_t ptr)
         hw_tstate_if_gil_held() != NULL) {
         queue_drain();
     }
-    errno = err;
 }
 
 int
@@ -434,7 +421,6 @@ static void *
 realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced, int record,
                int gil_domain)
 {
-    int err = errno;
     uint32_t epoch = __atomic_load_n(&hw_tracer.epoch, __ATOMIC_ACQUIRE);
     hw_capture_t cap;
     int captured = 0;
@@ -451,9 +437,7 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
      * address, another thread may get it back, and must not trace it before
      * the old trace is gone.  Nothing the wrapped allocator calls comes back
      * to this lock: nested PyMem calls pass through (tls->reentrant). */
-    errno = err;
     void *ptr2 = a->realloc(a->ctx, ptr, size);
-    err = errno;
     if (ptr2 != NULL && captured && gil_domain && raw_backed(size)) {
         /* Recorded, the block must be raw-backed: moved there.  (Nested
          * calls pass through: the caller set the re-entrancy flag.) */
@@ -490,7 +474,6 @@ realloc_traced(const PyMemAllocatorEx *a, void *ptr, size_t size, int was_traced
             maybe_queue_drain(dead);
         }
     }
-    errno = err;
     return ptr2;
 }
 
@@ -558,7 +541,6 @@ forget_block(void *ptr, int gil_domain)
 {
     /* Untrack before freeing: once freed, the address may be reused and
      * traced by another thread. */
-    int err = errno;
     size_t size = SIZE_MAX;
     hw_lock();
     if (hw_tracer.tracing) {
@@ -569,7 +551,6 @@ forget_block(void *ptr, int gil_domain)
     if (gil_domain && in_main_interp()) {
         maybe_queue_drain(dead);
     }
-    errno = err;
     return size;
 }
 
@@ -827,27 +808,22 @@ hw_hooks_installed(void)
 static void
 fork_prepare(void)
 {
-    int err = errno;
     fork_saved_reentrant = hw_tls.reentrant;
     hw_tls.fast = 0;
     hw_tls.reentrant = 1;
     hw_lock();
-    errno = err;
 }
 
 static void
 fork_parent(void)
 {
-    int err = errno;
     hw_unlock();
     hw_tls.reentrant = fork_saved_reentrant;
-    errno = err;
 }
 
 static void
 fork_child(void)
 {
-    int err = errno;
     hw_thread_fork_child_unlocked();
     hw_unlock();
     __atomic_store_n(&drain_queued, 0, __ATOMIC_RELAXED);
@@ -855,7 +831,6 @@ fork_child(void)
     hw_sampling_reseed_all();
     hw_sampling_reset_this_thread();
     hw_tls.reentrant = fork_saved_reentrant;
-    errno = err;
 }
 
 int

@@ -67,7 +67,7 @@ dlopen_wrapper(const char *file, int mode)
      * exit (not recording) the thread states may be gone: nothing to do. */
     if (handle != NULL && (hw_load_int(&hw_tracer.hook_state) & HW_STATE_RECORDING) &&
         hw_tstate_if_gil_held() != NULL) {
-        int err = errno; /* mprotect may set it: see hooks.c */
+        int err = errno; /* mprotect may set it: see sync.h */
         hw_interpose_refresh();
         errno = err;
     }

@@ -1,5 +1,6 @@
 #include "mem.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,20 +25,24 @@ account(hw_mem_category_t cat, void *ptr, int sign)
 __attribute__((noinline)) void *
 hw_malloc(hw_mem_category_t cat, size_t size)
 {
+    int err = errno;
     void *ptr = malloc(size ? size : 1);
     if (ptr != NULL) {
         account(cat, ptr, +1);
     }
+    errno = err;
     return ptr;
 }
 
 __attribute__((noinline)) void *
 hw_calloc(hw_mem_category_t cat, size_t nelem, size_t elsize)
 {
+    int err = errno;
     void *ptr = calloc(nelem ? nelem : 1, elsize ? elsize : 1);
     if (ptr != NULL) {
         account(cat, ptr, +1);
     }
+    errno = err;
     return ptr;
 }
 
@@ -52,8 +57,10 @@ hw_calloc_huge(hw_mem_category_t cat, size_t nelem, size_t elsize)
     if (size < 2 * huge) {
         return hw_calloc(cat, nelem, elsize);
     }
+    int err = errno;
     void *ptr;
     if (posix_memalign(&ptr, huge, size) != 0) {
+        errno = err;
         return NULL;
     }
 #ifdef MADV_HUGEPAGE
@@ -61,6 +68,7 @@ hw_calloc_huge(hw_mem_category_t cat, size_t nelem, size_t elsize)
 #endif
     memset(ptr, 0, size);
     account(cat, ptr, +1);
+    errno = err;
     return ptr;
 }
 
@@ -70,8 +78,10 @@ hw_realloc(hw_mem_category_t cat, void *ptr, size_t size)
     if (ptr == NULL) {
         return hw_malloc(cat, size);
     }
+    int err = errno;
     size_t old = malloc_usable_size(ptr);
     void *ptr2 = realloc(ptr, size ? size : 1);
+    errno = err;
     if (ptr2 == NULL) {
         return NULL;
     }
@@ -86,8 +96,10 @@ hw_free(hw_mem_category_t cat, void *ptr)
     if (ptr == NULL) {
         return;
     }
+    int err = errno;
     account(cat, ptr, -1);
     free(ptr);
+    errno = err;
 }
 
 size_t

@@ -4,6 +4,8 @@
  * us (the hook would re-enter itself) or by another tracer, while libc is safe
  * without the GIL, inside fork handlers and after finalization.  Usable sizes
  * are counted per category so that get_tracemalloc_memory() follows RSS.
+ * Each function leaves errno as it found it (see sync.h): libc's allocator
+ * may set it, even on success (a failed mmap before a brk that works).
  */
 #ifndef HEAPWATCH_MEM_H
 #define HEAPWATCH_MEM_H

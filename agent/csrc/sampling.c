@@ -1,5 +1,6 @@
 #include "sampling.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -146,11 +147,13 @@ void
 hw_sampling_reseed_all(void)
 {
     uint64_t seed;
+    int err = errno; /* called in a forked child too: see sync.h */
     if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
     }
+    errno = err;
     __atomic_store_n(&hw_rng_seed, seed, __ATOMIC_RELAXED);
     uint32_t gen = __atomic_add_fetch(&hw_rng_generation, 1, __ATOMIC_RELEASE);
     gil_rng = seed_stream(0, gen);

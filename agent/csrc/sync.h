@@ -16,6 +16,14 @@
  * then sleep in the kernel: a pure spinlock burnt a core while the holder
  * waited for one (tests/core/test_stress.py went from seconds to minutes).
  * States: 0 free, 1 held, 2 held with possible sleepers.
+ *
+ * errno is the service's: C code reads it after calls that allocate or free
+ * on their way out (CPython's _Py_wfopen frees the path between fopen() and
+ * its caller's PyErr_SetFromErrno()), and the hooks run inside those calls.
+ * So whatever of ours may set errno keeps it itself: the futex calls here,
+ * the tracer's memory (mem.h), the pending call that drains the graveyard,
+ * the sampler's seeding, the GOT patching.  The hooks' hot paths, which
+ * make no such call, then pay nothing for it.
  */
 #ifndef HEAPWATCH_SYNC_H
 #define HEAPWATCH_SYNC_H

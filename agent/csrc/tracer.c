@@ -1,5 +1,6 @@
 #include "tracer.h"
 
+#include <errno.h>
 #include <linux/futex.h>
 #include <math.h>
 #include <string.h>
@@ -43,15 +44,19 @@ hw_lock_contended(void)
     }
     /* The timeout bounds a wake-up lost to hw_unlock's plain store. */
     const struct timespec timeout = {0, 200 * 1000};
+    int err = errno; /* the wait sets EAGAIN or ETIMEDOUT: see sync.h */
     while (__atomic_exchange_n(&hw_tables_lock, 2, __ATOMIC_ACQUIRE) != 0) {
         syscall(SYS_futex, &hw_tables_lock, FUTEX_WAIT_PRIVATE, 2, &timeout, NULL, 0);
     }
+    errno = err;
 }
 
 __attribute__((noinline, cold)) void
 hw_unlock_wake(void)
 {
+    int err = errno;
     syscall(SYS_futex, &hw_tables_lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    errno = err;
 }
 
 hw_tracer_t hw_tracer = {
