@@ -43,7 +43,9 @@ class ModelGroups:
     def peaks(self, limit: int | None = None) -> list[tuple[tuple[Key, ...], int, int, int]]:
         """As the core: every site by peak, those with nothing live included."""
         keys = set(self.sites) | {key for key, peak in self.site_peaks.items() if peak}
-        rows = [((key,), *self.sites.get(key, (0, 0)), self.site_peaks.get(key, 0)) for key in keys]
+        rows: list[tuple[tuple[Key, ...], int, int, int]] = [
+            ((key,), *self.sites.get(key, (0, 0)), self.site_peaks.get(key, 0)) for key in keys
+        ]
         rows.sort(key=lambda row: (row[3], row[1], row[2], row[0]), reverse=True)
         return rows[:limit] if limit is not None else rows
 

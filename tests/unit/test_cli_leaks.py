@@ -142,8 +142,8 @@ def test_offline_scores_agree_with_the_agents(
     assert online[TTL].score < 0.5
     # Its memory is the last dump's: 99 blocks, ages 1 to 99 epochs
     assert suspect["size"] == 99 * weighed(100_000)
-    blocks = 99 if mode == "exact" else round_count(99 * sample_weight(100_000, INTERVAL)[1])
-    assert suspect["count"] == blocks
+    live = 99 if mode == "exact" else round_count(99 * sample_weight(100_000, INTERVAL)[1])
+    assert suspect["count"] == live
     assert [(band["low"], band["high"]) for band in suspect["ages"]] == [
         (1, 1),
         (2, 3),
@@ -156,7 +156,7 @@ def test_offline_scores_agree_with_the_agents(
     assert sum(band["size"] for band in suspect["ages"]) == suspect["size"]
     assert suspect["ages"][2]["min_seconds"] == 3.0  # 4 epochs of 1 s: 3 whole ones
     assert suspect["tracebacks"] == [
-        {"size": suspect["size"], "count": blocks, "traceback": [list(LEAK)]}
+        {"size": suspect["size"], "count": live, "traceback": [list(LEAK)]}
     ]
     assert report["window"] == 60.0
 
