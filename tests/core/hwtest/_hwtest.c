@@ -357,13 +357,15 @@ raw_untracked_free(PyObject *self, PyObject *args)
  * realloc, or PyTraceMalloc_Track/Untrack, it must still be EDOM: C code
  * reads errno after such calls (CPython's _Py_wfopen frees the path between
  * fopen() and its caller's PyErr_SetFromErrno()).  `threads` pthreads churn
- * RAW blocks without the GIL while the caller churns MEM and OBJ blocks with
- * it, so that the hooks' lock is contended.  Returns how many calls changed
- * errno and the last value one left. */
+ * RAW blocks without the GIL while the caller churns MEM and OBJ blocks, and
+ * reports blocks of its own, with it, so that the hooks' lock is contended.
+ * (The reports are made with the GIL: from 3.13 PyTraceMalloc_Track takes it,
+ * and a thread without a thread state would get a new one each time.)
+ * Returns how many calls changed errno and the last value one left. */
 typedef struct {
     Py_ssize_t iterations;
     unsigned seed;
-    int gil; /* 1: MEM and OBJ, 0: RAW and tracked blocks */
+    int gil; /* 1: MEM, OBJ and reported blocks, 0: RAW blocks */
     long changed;
     int seen;
 } errno_churn_t;
@@ -422,7 +424,7 @@ errno_churn_run(void *arg)
             errno_check(churn);
             keep[slot] = NULL;
         }
-        if (!churn->gil && (seed & 6) == 0) {
+        if (churn->gil && (seed & 6) == 0) {
             void *p = malloc(64);
             if (p != NULL) {
                 PyTraceMalloc_Track(7, (uintptr_t)p, 64);
