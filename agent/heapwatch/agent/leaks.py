@@ -655,9 +655,16 @@ def leak_score(
     end = obs[-1].time
     cycle = (end - obs[0].time) / (len(obs) - 1) if len(obs) > 1 else 0.0
     start = end - window if since is None else max(since, end - window)
-    new = since is not None and obs[0].time > start
-    if new:
+    if since is not None and obs[0].time > start:
         first = obs[0]  # first seen within the window, after watching began
+        if first.live_var > 0.0 and first.live > 0.0:
+            # Sampled: no span starts before its births began (the
+            # module's docstring says why), about a sample's bytes before
+            # its first sample.
+            rate = obs[-1].live / (end - first.time) if end > first.time else 0.0
+            gap = first.live_var / first.live / rate if rate > 0.0 else 0.0
+            start = max(start, first.time - cycle - gap)
+        obs.insert(0, Observation(start, 0.0, 0.0))
     if first is not None and cycle > 0.0:
         # Its ages are bounded by its life, long after the window has moved
         # past its start: a dict begun an hour ago that saturates is not
@@ -665,16 +672,6 @@ def leak_score(
         weighed = _weighed(ages, cycle, round((end - first.time) / cycle), first.live)
     else:
         weighed = _weighed(ages, cycle)
-    if new:
-        head = obs[0]
-        if head.live_var > 0.0 and head.live > 0.0:
-            # Sampled: no span starts before its births began (the
-            # module's docstring says why), about a sample's bytes before
-            # its first sample.
-            rate = obs[-1].live / (end - head.time) if end > head.time else 0.0
-            gap = head.live_var / head.live / rate if rate > 0.0 else 0.0
-            start = max(start, head.time - cycle - gap)
-        obs.insert(0, Observation(start, 0.0, 0.0))
     times = [o.time for o in obs]
     olds = [o.old for o in obs]
     survival = _survival(times, olds, weighed, window)

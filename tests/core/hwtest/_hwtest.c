@@ -63,7 +63,119 @@ raw_free_nogil(PyObject *self, PyObject *list)
     Py_RETURN_NONE;
 }
 
-/* churn_nogil(iterations, max_size): malloc/realloc/free with the GIL released. */
+/* A churn of malloc/realloc/free over 16 slots, driven by a fixed LCG.  A
+ * slot's blocks stay in one domain: RAW without the GIL, else MEM or OBJ by
+ * the slot's parity.  With `check`, errno is set to a value no allocator sets
+ * (EDOM) before each call and checked after every free, every successful
+ * malloc and realloc and, with the GIL, every report of a block of its own
+ * (PyTraceMalloc_Track/Untrack). */
+typedef struct {
+    Py_ssize_t iterations;
+    size_t max_size;
+    unsigned seed;
+    int gil;   /* 1: MEM, OBJ and reported blocks, 0: RAW blocks */
+    int check; /* count the calls that change errno */
+    long changed;
+    int seen; /* the last errno a call left */
+} churn_t;
+
+#define ERRNO_SENTINEL EDOM
+
+static void
+errno_check(churn_t *churn)
+{
+    if (churn->check && errno != ERRNO_SENTINEL) {
+        churn->changed++;
+        churn->seen = errno;
+    }
+    errno = ERRNO_SENTINEL;
+}
+
+static PyMemAllocatorDomain
+slot_domain(const churn_t *churn, int slot)
+{
+    return !churn->gil ? PYMEM_DOMAIN_RAW : (slot & 1) ? PYMEM_DOMAIN_OBJ : PYMEM_DOMAIN_MEM;
+}
+
+static void *
+block_malloc(PyMemAllocatorDomain domain, size_t size)
+{
+    return domain == PYMEM_DOMAIN_RAW   ? PyMem_RawMalloc(size)
+           : domain == PYMEM_DOMAIN_OBJ ? PyObject_Malloc(size)
+                                        : PyMem_Malloc(size);
+}
+
+static void *
+block_realloc(PyMemAllocatorDomain domain, void *ptr, size_t size)
+{
+    return domain == PYMEM_DOMAIN_RAW   ? PyMem_RawRealloc(ptr, size)
+           : domain == PYMEM_DOMAIN_OBJ ? PyObject_Realloc(ptr, size)
+                                        : PyMem_Realloc(ptr, size);
+}
+
+static void
+block_free(PyMemAllocatorDomain domain, void *ptr)
+{
+    if (domain == PYMEM_DOMAIN_RAW) {
+        PyMem_RawFree(ptr);
+    }
+    else if (domain == PYMEM_DOMAIN_OBJ) {
+        PyObject_Free(ptr);
+    }
+    else {
+        PyMem_Free(ptr);
+    }
+}
+
+static void *
+churn_run(void *arg)
+{
+    churn_t *churn = arg;
+    void *keep[16] = {0};
+    unsigned seed = churn->seed;
+    errno = ERRNO_SENTINEL;
+    for (Py_ssize_t i = 0; i < churn->iterations; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int slot = (int)((seed >> 16) % 16);
+        size_t size = 1 + (seed >> 8) % churn->max_size;
+        PyMemAllocatorDomain domain = slot_domain(churn, slot);
+        if (keep[slot] == NULL) {
+            keep[slot] = block_malloc(domain, size);
+            if (keep[slot] != NULL) {
+                errno_check(churn);
+            }
+        }
+        else if (seed & 1) {
+            void *p = block_realloc(domain, keep[slot], size);
+            if (p != NULL) {
+                errno_check(churn);
+                keep[slot] = p;
+            }
+        }
+        else {
+            block_free(domain, keep[slot]);
+            errno_check(churn);
+            keep[slot] = NULL;
+        }
+        if (churn->check && churn->gil && (seed & 6) == 0) {
+            void *p = malloc(64);
+            if (p != NULL) {
+                PyTraceMalloc_Track(7, (uintptr_t)p, 64);
+                errno_check(churn);
+                PyTraceMalloc_Untrack(7, (uintptr_t)p);
+                errno_check(churn);
+                free(p);
+                errno = ERRNO_SENTINEL;
+            }
+        }
+    }
+    for (int i = 0; i < 16; i++) {
+        block_free(slot_domain(churn, i), keep[i]);
+    }
+    return NULL;
+}
+
+/* churn_nogil(iterations, max_size): RAW malloc/realloc/free with the GIL released. */
 static PyObject *
 churn_nogil(PyObject *self, PyObject *args)
 {
@@ -75,30 +187,9 @@ churn_nogil(PyObject *self, PyObject *args)
         }
         return NULL;
     }
+    churn_t churn = {iterations, (size_t)max_size, 12345u, 0, 0, 0, 0};
     Py_BEGIN_ALLOW_THREADS
-    void *keep[16] = {0};
-    unsigned seed = 12345;
-    for (Py_ssize_t i = 0; i < iterations; i++) {
-        seed = seed * 1103515245u + 12345u;
-        int slot = (int)((seed >> 16) % 16);
-        size_t size = 1 + (seed >> 8) % (size_t)max_size;
-        if (keep[slot] == NULL) {
-            keep[slot] = PyMem_RawMalloc(size);
-        }
-        else if (seed & 1) {
-            void *p = PyMem_RawRealloc(keep[slot], size);
-            if (p != NULL) {
-                keep[slot] = p;
-            }
-        }
-        else {
-            PyMem_RawFree(keep[slot]);
-            keep[slot] = NULL;
-        }
-    }
-    for (int i = 0; i < 16; i++) {
-        PyMem_RawFree(keep[i]);
-    }
+    churn_run(&churn);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -352,104 +443,14 @@ raw_untracked_free(PyObject *self, PyObject *args)
 }
 
 /* errno_churn(iterations, threads) -> (changed, errno seen): the service's
- * view of errno across allocator calls.  Before each call errno is set to a
- * value no allocator sets (EDOM); after a free, a successful malloc or
- * realloc, or PyTraceMalloc_Track/Untrack, it must still be EDOM: C code
- * reads errno after such calls (CPython's _Py_wfopen frees the path between
- * fopen() and its caller's PyErr_SetFromErrno()).  `threads` pthreads churn
- * RAW blocks without the GIL while the caller churns MEM and OBJ blocks, and
- * reports blocks of its own, with it, so that the hooks' lock is contended.
- * (The reports are made with the GIL: from 3.13 PyTraceMalloc_Track takes it,
- * and a thread without a thread state would get a new one each time.)
- * Returns how many calls changed errno and the last value one left. */
-typedef struct {
-    Py_ssize_t iterations;
-    unsigned seed;
-    int gil; /* 1: MEM, OBJ and reported blocks, 0: RAW blocks */
-    long changed;
-    int seen;
-} errno_churn_t;
-
-#define ERRNO_SENTINEL EDOM
-
-static void
-errno_check(errno_churn_t *churn)
-{
-    if (errno != ERRNO_SENTINEL) {
-        churn->changed++;
-        churn->seen = errno;
-    }
-    errno = ERRNO_SENTINEL;
-}
-
-static void *
-errno_churn_run(void *arg)
-{
-    errno_churn_t *churn = arg;
-    void *keep[16] = {0};
-    unsigned seed = churn->seed;
-    errno = ERRNO_SENTINEL;
-    for (Py_ssize_t i = 0; i < churn->iterations; i++) {
-        seed = seed * 1103515245u + 12345u;
-        int slot = (int)((seed >> 16) % 16);
-        size_t size = 1 + (seed >> 8) % 2048;
-        int obj = slot & 1; /* a slot's blocks stay in one domain */
-        if (keep[slot] == NULL) {
-            keep[slot] = !churn->gil ? PyMem_RawMalloc(size)
-                         : obj       ? PyObject_Malloc(size)
-                                     : PyMem_Malloc(size);
-            if (keep[slot] != NULL) {
-                errno_check(churn);
-            }
-        }
-        else if (seed & 1) {
-            void *p = !churn->gil ? PyMem_RawRealloc(keep[slot], size)
-                      : obj       ? PyObject_Realloc(keep[slot], size)
-                                  : PyMem_Realloc(keep[slot], size);
-            if (p != NULL) {
-                errno_check(churn);
-                keep[slot] = p;
-            }
-        }
-        else {
-            if (!churn->gil) {
-                PyMem_RawFree(keep[slot]);
-            }
-            else if (obj) {
-                PyObject_Free(keep[slot]);
-            }
-            else {
-                PyMem_Free(keep[slot]);
-            }
-            errno_check(churn);
-            keep[slot] = NULL;
-        }
-        if (churn->gil && (seed & 6) == 0) {
-            void *p = malloc(64);
-            if (p != NULL) {
-                PyTraceMalloc_Track(7, (uintptr_t)p, 64);
-                errno_check(churn);
-                PyTraceMalloc_Untrack(7, (uintptr_t)p);
-                errno_check(churn);
-                free(p);
-                errno = ERRNO_SENTINEL;
-            }
-        }
-    }
-    for (int i = 0; i < 16; i++) {
-        if (!churn->gil) {
-            PyMem_RawFree(keep[i]);
-        }
-        else if (i & 1) {
-            PyObject_Free(keep[i]);
-        }
-        else {
-            PyMem_Free(keep[i]);
-        }
-    }
-    return NULL;
-}
-
+ * view of errno across allocator calls (see churn_t): C code reads errno
+ * after such calls (CPython's _Py_wfopen frees the path between fopen() and
+ * its caller's PyErr_SetFromErrno()).  `threads` pthreads churn RAW blocks
+ * without the GIL while the caller churns MEM and OBJ blocks, and reports
+ * blocks of its own, with it, so that the hooks' lock is contended.  (The
+ * reports are made with the GIL: from 3.13 PyTraceMalloc_Track takes it, and
+ * a thread without a thread state would get a new one each time.)  Returns
+ * how many calls changed errno and the last value one left. */
 static PyObject *
 errno_churn(PyObject *self, PyObject *args)
 {
@@ -463,18 +464,18 @@ errno_churn(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "threads must be 0 to 16, got %d", nthreads);
         return NULL;
     }
-    errno_churn_t churns[17];
+    churn_t churns[17];
     pthread_t threads[16];
     int started = 0;
     for (int t = 0; t <= nthreads; t++) {
-        churns[t] = (errno_churn_t){iterations, 12345u + (unsigned)t, t == nthreads, 0, 0};
+        churns[t] = (churn_t){iterations, 2048, 12345u + (unsigned)t, t == nthreads, 1, 0, 0};
     }
     for (; started < nthreads; started++) {
-        if (pthread_create(&threads[started], NULL, errno_churn_run, &churns[started]) != 0) {
+        if (pthread_create(&threads[started], NULL, churn_run, &churns[started]) != 0) {
             break;
         }
     }
-    errno_churn_run(&churns[nthreads]); /* with the GIL: MEM and OBJ */
+    churn_run(&churns[nthreads]); /* with the GIL: MEM and OBJ */
     Py_BEGIN_ALLOW_THREADS
     for (int t = 0; t < started; t++) {
         pthread_join(threads[t], NULL);
