@@ -66,28 +66,35 @@ LEAK_LINE = next(i for i, line in enumerate(SERVICE.splitlines(), 1) if "# LEAK"
 
 
 class Service:
-    def __init__(self, proc: subprocess.Popen[str], dump_dir: Path, stderr: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], dump_dir: Path, stderr: Path) -> None:
         self.proc = proc
         self.dump_dir = dump_dir
         self.stderr_path = stderr
         self.pids: list[int] = []
         self._lines: list[str] = []
+        self._pending = b""
 
     def line(self, prefix: str, timeout: float = 60) -> str:
         """The first line of stdout starting with prefix (parent and child share it)."""
         assert self.proc.stdout is not None
+        # The pipe's descriptor is read directly: a buffered readline() may
+        # take the parent's and the child's lines in one read, and select()
+        # then waits on an empty pipe for a line already in the buffer.
+        fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for text in self._lines:
                 if text.startswith(prefix):
                     self._lines.remove(text)
                     return text
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            ready, _, _ = select.select([fd], [], [], 0.1)
             if ready:
-                text = self.proc.stdout.readline()
-                if not text:
+                chunk = os.read(fd, 4096)
+                if not chunk:
                     break
-                self._lines.append(text.strip())
+                self._pending += chunk
+                *lines, self._pending = self._pending.split(b"\n")
+                self._lines.extend(line.decode().strip() for line in lines)
         raise AssertionError(f"no {prefix!r} line; stderr: {self.stderr()}")
 
     def stderr(self) -> str:
@@ -123,7 +130,6 @@ def service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
                 cwd=tmp_path,
                 stdout=subprocess.PIPE,
                 stderr=err,
-                text=True,
             )
         started = Service(proc, directory, stderr)
         running.append(started)
