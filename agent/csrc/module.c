@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "descriptors.h"
 #include "groups.h"
 #include "hooks.h"
 #include "interpose.h"
@@ -843,6 +844,91 @@ core_native_heap(PyObject *module, PyObject *unused)
     return Py_BuildValue("(KK)", (unsigned long long)in_use, (unsigned long long)retained);
 }
 
+/* read_small_file's default and largest sizes: /proc's one-line files,
+ * and /proc/stat on a machine with many CPUs. */
+#define SMALL_FILE_DEFAULT 4096
+#define SMALL_FILE_MAX (1 << 20)
+
+static PyObject *
+core_read_small_file(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *given = NULL, *path = NULL;
+    Py_ssize_t limit = SMALL_FILE_DEFAULT;
+    if (!PyArg_ParseTuple(args, "O|n:read_small_file", &given, &limit) ||
+        !PyUnicode_FSConverter(given, &path)) {
+        return NULL;
+    }
+    if (limit < 0 || limit > SMALL_FILE_MAX) {
+        PyErr_Format(PyExc_ValueError, "read_small_file: limit must be from 0 to %d, got %zd",
+                     SMALL_FILE_MAX, limit);
+        Py_DECREF(path);
+        return NULL;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, limit);
+    if (data == NULL) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    /* The GIL stays held: see descriptors.h. */
+    ssize_t n = hw_read_small_file(PyBytes_AS_STRING(path), PyBytes_AS_STRING(data),
+                                   (size_t)limit);
+    if (n < 0) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, given);
+        Py_DECREF(path);
+        Py_DECREF(data);
+        return NULL;
+    }
+    Py_DECREF(path);
+    if (_PyBytes_Resize(&data, n) < 0) {
+        return NULL;
+    }
+    return data;
+}
+
+static PyObject *
+core_count_dir_entries(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *given = NULL, *path = NULL;
+    if (!PyArg_ParseTuple(args, "O:count_dir_entries", &given) ||
+        !PyUnicode_FSConverter(given, &path)) {
+        return NULL;
+    }
+    /* The GIL stays held: see descriptors.h. */
+    long count = hw_count_dir_entries(PyBytes_AS_STRING(path));
+    if (count < 0) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, given);
+        Py_DECREF(path);
+        return NULL;
+    }
+    Py_DECREF(path);
+    return PyLong_FromLong(count);
+}
+
+static PyObject *
+core_accept(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int fd = PyObject_AsFileDescriptor(arg);
+    if (fd < 0) {
+        return NULL;
+    }
+    /* The GIL stays held: see descriptors.h. */
+    int conn = hw_accept_above_floor(fd);
+    if (conn == -2) {
+        PyErr_Format(PyExc_ValueError,
+                     "accept(%d): the listening socket must be non-blocking (with the GIL "
+                     "held, accept may not wait)",
+                     fd);
+        return NULL;
+    }
+    if (conn < 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLong(conn);
+}
+
 static PyObject *
 core_interposed(PyObject *module, PyObject *unused)
 {
@@ -998,6 +1084,16 @@ static PyMethodDef core_methods[] = {
     {"_untrack", core_untrack, METH_VARARGS, "_untrack(domain, ptr) -> 0 or -2"},
     {"native_heap", core_native_heap, METH_NOARGS,
      "-> (in_use, retained) bytes of the C library's heap (glibc's mallinfo2), or None"},
+    {"read_small_file", core_read_small_file, METH_VARARGS,
+     "read_small_file(path, limit=4096) -> bytes: the first limit bytes (at most 1 MiB) of a "
+     "regular file (a /proc file), opened, read and closed with the GIL held, so the service "
+     "never sees the descriptor"},
+    {"count_dir_entries", core_count_dir_entries, METH_VARARGS,
+     "count_dir_entries(path) -> int: the entries of a directory but . and .. (/proc/self/fd), "
+     "read with the GIL held"},
+    {"accept", core_accept, METH_O,
+     "accept(fd) -> int: a connection on the non-blocking listening socket fd, close-on-exec "
+     "and numbered 3 or above, accepted with the GIL held (BlockingIOError: none waiting)"},
     {"_interposed", core_interposed, METH_NOARGS,
      "-> GOT entries now pointing at heapwatch's PyTraceMalloc_Track/Untrack and dlopen wrappers"},
     {"_at_exit", core_at_exit, METH_NOARGS, NULL},

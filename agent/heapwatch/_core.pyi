@@ -24,6 +24,7 @@ In sample mode every size and count is an unbiased estimate; a trace's own
 size (in ``Snapshot.traces()``) is the sampled block's real size.
 """
 
+import os
 from typing import Literal, TypedDict, overload
 
 FrameTuple = tuple[str, int]
@@ -165,6 +166,19 @@ def get_stats() -> Stats: ...
 def drain() -> None: ...
 def hooks_installed() -> bool: ...
 def native_heap() -> tuple[int, int] | None: ...
+def read_small_file(path: str | bytes | os.PathLike[str], limit: int = 4096) -> bytes:
+    """The first ``limit`` bytes (at most 1 MiB) of a regular file, opened,
+    read and closed with the GIL held: the service never sees the descriptor
+    (descriptors.h)."""
+
+def count_dir_entries(path: str | bytes | os.PathLike[str]) -> int:
+    """The entries of a directory but ``.`` and ``..``, read with the GIL held."""
+
+def accept(fd: int) -> int:
+    """A connection on the non-blocking listening socket ``fd``, accepted
+    with the GIL held and numbered 3 or above; BlockingIOError when none
+    waits."""
+
 def _track(domain: int, ptr: int, size: int) -> int: ...
 def _untrack(domain: int, ptr: int) -> int: ...
 def _interposed() -> int: ...
