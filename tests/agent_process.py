@@ -19,6 +19,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -103,7 +104,8 @@ def free_ports(count: int = 1) -> int:
 
 
 def fetch(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None) -> str | None:
-    """The body of a GET, or None when nothing answers (yet)."""
+    """The body of a GET, or None when nothing answers (yet) or the answer
+    is cut short (the process ended meanwhile)."""
     request = urllib.request.Request(url, headers=dict(headers or {}))
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -112,7 +114,7 @@ def fetch(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = No
     except urllib.error.HTTPError as error:
         error.close()  # its body is a temporary file: 3.14 warns if it is left open
         return None
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, HTTPException):
         return None
 
 

@@ -5,8 +5,8 @@
 ``describe()`` lists them without reading anything, so registering costs
 nothing.  Neither takes a snapshot: the agent's thread does, every interval.
 
-The agent serves heapwatch's own registry (this collector and
-prometheus-client's process collector) at ``/metrics`` on its endpoint;
+The agent serves heapwatch's own registry (this collector and the
+``process_*`` series of ``heapwatch_exporters.process_collector``) at ``/metrics`` on its endpoint;
 ``make_wsgi_app()`` and ``make_asgi_app()`` mount the same output in an
 existing application, and ``HeapwatchCollector(registry=REGISTRY)`` adds the
 heapwatch series to an application's own registry.
@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry
 from prometheus_client import make_asgi_app as _make_asgi_app
 from prometheus_client import make_wsgi_app as _make_wsgi_app
 from prometheus_client.metrics_core import (
@@ -38,6 +38,7 @@ from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.interface import AgentView, Readings, ReadingsSource
 from heapwatch_exporters._catalogue import CATALOGUE, LABEL_FILE, LABEL_LINE
 from heapwatch_exporters._catalogue import Metric as CatalogueMetric
+from heapwatch_exporters.process_collector import ProcessCollector
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -154,7 +155,7 @@ class PrometheusExporter:
 
     Args:
         registry: where to register; by default heapwatch's own registry,
-            which also gets prometheus-client's process collector
+            which also gets the process's own series
             (``process_resident_memory_bytes``, ...).
     """
 

@@ -476,6 +476,8 @@ def table(results: Iterable[FileResult], ways: Sequence[str], python: str) -> st
     for result in rows:
         for way, what in sorted(result.flaky.items()):
             lines.append(f"\nflaky once, not again: {result.name} ({way}): {what}")
+            # (the first run's end: what a rare failure looked like)
+            lines.append("```\n" + result.runs[way].tail[-1500:] + "\n```")
         for way, what in sorted(result.regressions.items()):
             lines.append(f"\nREGRESSION {result.name} ({way}): {what}")
             lines.append("```\n" + result.runs[way].tail[-1500:] + "\n```")

@@ -54,3 +54,17 @@ def test_the_stall_and_the_limit_must_be_positive(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit:
         guest.main(argv)
     assert exit.value.code == 2
+
+
+def test_a_run_that_failed_once_shows_its_output_in_the_report() -> None:
+    # (a rare crash is diagnosed from this, or not at all)
+    runs = {
+        "untraced": guest.Run("SUCCESS", 1.0),
+        "exact": guest.Run("CRASH(120)", 2.0, tail="...\nOSError: [Errno 9] Bad file descriptor"),
+    }
+    flaky = guest.FileResult("test_subprocess", runs, flaky={"exact": "crash(120)"})
+    report = guest.table([flaky], ["untraced", "exact"], "python3")
+    assert report.endswith(
+        "flaky once, not again: test_subprocess (exact): crash(120)\n"
+        "```\n...\nOSError: [Errno 9] Bad file descriptor\n```\n"
+    )

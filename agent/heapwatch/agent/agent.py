@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from heapwatch._errors import HeapwatchError
 from heapwatch.agent import plugins
 from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.forks import call_in_forked_child
 from heapwatch.agent.interface import (
     OTHER_FILE,
     OTHER_LINE,
@@ -76,7 +77,6 @@ from heapwatch.agent.procmem import (
 )
 from heapwatch.agent.source import CoreSource, SnapshotSource
 from heapwatch.agent.threads import (
-    call_in_forked_child,
     outlive_nobody,
     own_work,
     owned,

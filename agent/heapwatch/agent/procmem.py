@@ -50,9 +50,12 @@ def _core_native_heap() -> tuple[int, int] | None:
 
 
 def _resident(statm: str) -> int | None:
+    from heapwatch import _core  # noqa: PLC0415 (as above)
+
     try:
-        with open(statm, "rb") as fp:
-            fields = fp.read().split()
+        # Read by the core (csrc/descriptors.h): open() here could take a
+        # number the service closed for a moment to dup2() onto it again.
+        fields = _core.read_small_file(statm).split()
         return int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None

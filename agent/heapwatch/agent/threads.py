@@ -25,18 +25,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import signal
 import threading
 import time
-import weakref
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar, cast
+
+from heapwatch.agent.problems import ProblemLog
 
 __all__ = [
     "ASYNCHRONOUS_SIGNALS",
     "SYNCHRONOUS_SIGNALS",
-    "call_in_forked_child",
     "is_ours",
     "outlive_nobody",
     "own_work",
@@ -75,6 +76,9 @@ def signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+_problems = ProblemLog(logging.getLogger("heapwatch.agent"))
+
+
 class _Thread(threading.Thread):
     def run(self) -> None:
         # Born blocked (start_thread), and made sure of here: a thread
@@ -82,7 +86,19 @@ class _Thread(threading.Thread):
         if ASYNCHRONOUS_SIGNALS:
             signal.pthread_sigmask(signal.SIG_BLOCK, ASYNCHRONOUS_SIGNALS)
         _set_thread_traced(False)
-        super().run()
+        try:
+            super().run()
+        except Exception as exc:
+            # threading's excepthook would print the traceback on the
+            # service's stderr: one line in heapwatch's log instead.
+            _problems.report(
+                f"thread:{self.name}:{type(exc).__name__}",
+                "heapwatch thread %s ended on an error: %r",
+                self.name,
+                exc,
+                level=logging.ERROR,
+                exc_info=exc,
+            )
 
 
 def _set_thread_traced(traced: bool) -> bool:
@@ -129,21 +145,6 @@ def start_thread(
     return thread
 
 
-def call_in_forked_child(method: Callable[[], object]) -> None:
-    """Calls the bound ``method`` in every forked child (an after_in_child
-    hook, run in registration order), for as long as its object lives."""
-    if not hasattr(os, "register_at_fork"):
-        return
-    ref = weakref.WeakMethod(method)
-
-    def after_in_child() -> None:
-        bound = ref()
-        if bound is not None:
-            bound()
-
-    os.register_at_fork(after_in_child=after_in_child)
-
-
 def is_ours(thread: threading.Thread) -> bool:
     """Whether ``thread`` was started by ``start_thread``."""
     return isinstance(thread, _Thread)
@@ -177,9 +178,12 @@ def _running(thread: threading.Thread) -> bool:
     native_id = thread.native_id
     if native_id is None:
         return True
+    from heapwatch import _core  # noqa: PLC0415
+
     try:
-        with open(f"/proc/self/task/{native_id}/stat", "rb") as stat:
-            state = stat.read().rpartition(b")")[2].split()[0]
+        # (by the core: see procmem._resident)
+        stat = _core.read_small_file(f"/proc/self/task/{native_id}/stat")
+        state = stat.rpartition(b")")[2].split()[0]
     except (OSError, IndexError):
         return not os.path.isdir("/proc/self/task")  # no /proc: trust threading
     return state not in (b"Z", b"X")

@@ -28,6 +28,7 @@ from socketserver import TCPServer
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
+from heapwatch import _core
 from heapwatch.agent.problems import ProblemLog
 from heapwatch.agent.threads import start_thread
 from heapwatch.server.router import Router
@@ -71,6 +72,23 @@ class _HTTPServer(WSGIServer):
         self._requests: set[socket.socket] = set()
         self._requests_lock = threading.Lock()  # guards _requests
         super().__init__(*args, **kwargs)
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        # get_request() accepts with the GIL held, where it may not wait.
+        self.socket.setblocking(False)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        # Accepted by the core (csrc/descriptors.h), never at a number the
+        # service closed for a moment to dup2() onto it again: our answer
+        # then went to its stdout, and our close() closed it.
+        fd = _core.accept(self.socket.fileno())
+        conn = socket.socket(self.socket.family, self.socket.type, self.socket.proto, fileno=fd)
+        try:
+            return conn, conn.getpeername()
+        except OSError:
+            conn.close()
+            raise
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._requests_lock:

@@ -1,0 +1,29 @@
+"""What heapwatch's objects do in a forked child.
+
+A child gets a copy of the parent's objects, and of their locks as another
+thread of the parent may have held them: an object that keeps a lock, a
+thread or a descriptor registers a method that renews it in the child.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Callable
+
+__all__ = ["call_in_forked_child"]
+
+
+def call_in_forked_child(method: Callable[[], object]) -> None:
+    """Calls the bound ``method`` in every forked child (an after_in_child
+    hook, run in registration order), for as long as its object lives."""
+    if not hasattr(os, "register_at_fork"):
+        return
+    ref = weakref.WeakMethod(method)
+
+    def after_in_child() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    os.register_at_fork(after_in_child=after_in_child)
