@@ -82,7 +82,8 @@ class ProcessCollector(Collector):
             yield CounterMetricFamily(
                 "process_cpu_seconds_total",
                 "Total user and system CPU time spent in seconds.",
-                value=(float(fields[11]) + float(fields[12])) / self._ticks,
+                # (summed as prometheus-client sums it: the same float)
+                value=float(fields[11]) / self._ticks + float(fields[12]) / self._ticks,
             )
         try:
             limits = _core.read_small_file(os.path.join(me, "limits"), _LIMITS_LIMIT)

@@ -55,7 +55,7 @@ def test_the_series_are_prometheus_clients() -> None:
 
 def fake_proc(root: Path, command: str = "my) service", fds: int = 5) -> Path:
     """A /proc of one process: boot at 1000 s, started 250 ticks after boot,
-    3 + 4 ticks of CPU, 7 pages resident, 8192 bytes of address space."""
+    1 + 5 ticks of CPU, 7 pages resident, 8192 bytes of address space."""
     me = root / "self"
     (me / "fd").mkdir(parents=True)
     (root / "stat").write_text("cpu  1 2 3 4\nintr 5\nbtime 1000\nprocesses 9\n")
@@ -64,7 +64,7 @@ def fake_proc(root: Path, command: str = "my) service", fds: int = 5) -> Path:
     # proc(5)'s fields from the state on, 0-based: utime 11, stime 12,
     # starttime 19, vsize 20, rss 21
     after = ["S"] + ["0"] * 23
-    after[11], after[12], after[19], after[20], after[21] = "3", "4", "250", "8192", "7"
+    after[11], after[12], after[19], after[20], after[21] = "1", "5", "250", "8192", "7"
     (me / "stat").write_text(f"42 ({command}) " + " ".join(after) + "\n")
     (me / "limits").write_text(
         "Limit                     Soft Limit           Hard Limit           Units     \n"
@@ -80,7 +80,8 @@ def test_a_hand_built_proc_gives_exact_values(tmp_path: Path) -> None:
         "process_virtual_memory_bytes": 8192.0,
         "process_resident_memory_bytes": 7.0 * os.sysconf("SC_PAGE_SIZE"),
         "process_start_time_seconds": 1000 + 250 / ticks,
-        "process_cpu_seconds": 7 / ticks,
+        # as prometheus-client sums them (6 / ticks differs in the last bit)
+        "process_cpu_seconds": 1 / ticks + 5 / ticks,
         "process_open_fds": 5.0,
         "process_max_fds": 1024.0,
     }
