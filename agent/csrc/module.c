@@ -847,7 +847,7 @@ core_native_heap(PyObject *module, PyObject *unused)
 /* read_small_file's default and largest sizes: /proc's one-line files,
  * and /proc/stat on a machine with many CPUs. */
 #define SMALL_FILE_DEFAULT 4096
-#define SMALL_FILE_MAX (1 << 20)
+#define SMALL_FILE_MAX 1048576
 
 static PyObject *
 core_read_small_file(PyObject *module, PyObject *args)
@@ -870,7 +870,7 @@ core_read_small_file(PyObject *module, PyObject *args)
         Py_DECREF(path);
         return NULL;
     }
-    /* The GIL stays held: see descriptors.h. */
+    /* With the GIL (released only to wait): see descriptors.h. */
     ssize_t n = hw_read_small_file(PyBytes_AS_STRING(path), PyBytes_AS_STRING(data),
                                    (size_t)limit);
     if (n < 0) {
@@ -895,7 +895,7 @@ core_count_dir_entries(PyObject *module, PyObject *args)
         !PyUnicode_FSConverter(given, &path)) {
         return NULL;
     }
-    /* The GIL stays held: see descriptors.h. */
+    /* With the GIL (released only to wait): see descriptors.h. */
     long count = hw_count_dir_entries(PyBytes_AS_STRING(path));
     if (count < 0) {
         PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, given);
@@ -914,7 +914,7 @@ core_accept(PyObject *module, PyObject *arg)
     if (fd < 0) {
         return NULL;
     }
-    /* The GIL stays held: see descriptors.h. */
+    /* With the GIL (released only to wait): see descriptors.h. */
     int conn = hw_accept_above_floor(fd);
     if (conn == -2) {
         PyErr_Format(PyExc_ValueError,
@@ -1085,15 +1085,16 @@ static PyMethodDef core_methods[] = {
     {"native_heap", core_native_heap, METH_NOARGS,
      "-> (in_use, retained) bytes of the C library's heap (glibc's mallinfo2), or None"},
     {"read_small_file", core_read_small_file, METH_VARARGS,
-     "read_small_file(path, limit=4096) -> bytes: the first limit bytes (at most 1 MiB) of a "
-     "regular file (a /proc file), opened, read and closed with the GIL held, so the service "
-     "never sees the descriptor"},
+     "read_small_file(path, limit=" Py_STRINGIFY(SMALL_FILE_DEFAULT) ") -> bytes: the first "
+     "limit bytes (at most SMALL_FILE_MAX) of a regular file (a /proc file), opened, read and "
+     "closed with the GIL held, so the service never sees the descriptor"},
     {"count_dir_entries", core_count_dir_entries, METH_VARARGS,
      "count_dir_entries(path) -> int: the entries of a directory but . and .. (/proc/self/fd), "
      "read with the GIL held"},
     {"accept", core_accept, METH_O,
      "accept(fd) -> int: a connection on the non-blocking listening socket fd, close-on-exec "
-     "and numbered 3 or above, accepted with the GIL held (BlockingIOError: none waiting)"},
+     "and numbered " Py_STRINGIFY(HW_FD_FLOOR) " or above, accepted with the GIL held "
+     "(BlockingIOError: none waiting)"},
     {"_interposed", core_interposed, METH_NOARGS,
      "-> GOT entries now pointing at heapwatch's PyTraceMalloc_Track/Untrack and dlopen wrappers"},
     {"_at_exit", core_at_exit, METH_NOARGS, NULL},
@@ -1145,6 +1146,7 @@ PyInit__core(void)
         PyModule_AddIntConstant(module, "DEFAULT_SAMPLE_INTERVAL", HW_DEFAULT_SAMPLE_INTERVAL) < 0 ||
         PyModule_AddIntConstant(module, "MAX_AGE", HW_MAX_AGE) < 0 ||
         PyModule_AddIntConstant(module, "AGE_BUCKETS", HW_AGE_BUCKETS) < 0 ||
+        PyModule_AddIntConstant(module, "SMALL_FILE_MAX", SMALL_FILE_MAX) < 0 ||
         register_at_exit(module) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -45,6 +45,7 @@ MAX_SAMPLE_INTERVAL: int
 DEFAULT_SAMPLE_INTERVAL: int
 MAX_AGE: int
 AGE_BUCKETS: int
+SMALL_FILE_MAX: int
 
 class Config(TypedDict):
     tracing: bool
@@ -166,18 +167,18 @@ def get_stats() -> Stats: ...
 def drain() -> None: ...
 def hooks_installed() -> bool: ...
 def native_heap() -> tuple[int, int] | None: ...
-def read_small_file(path: str | bytes | os.PathLike[str], limit: int = 4096) -> bytes:
-    """The first ``limit`` bytes (at most 1 MiB) of a regular file, opened,
-    read and closed with the GIL held: the service never sees the descriptor
-    (descriptors.h)."""
+def read_small_file(path: str | bytes | os.PathLike[str], limit: int = ...) -> bytes:
+    """The first ``limit`` bytes (at most ``SMALL_FILE_MAX``) of a regular
+    file, opened, read and closed with the GIL held: the service never sees
+    the descriptor (descriptors.h)."""
 
 def count_dir_entries(path: str | bytes | os.PathLike[str]) -> int:
     """The entries of a directory but ``.`` and ``..``, read with the GIL held."""
 
 def accept(fd: int) -> int:
     """A connection on the non-blocking listening socket ``fd``, accepted
-    with the GIL held and numbered 3 or above; BlockingIOError when none
-    waits."""
+    with the GIL held and numbered above the standard three; BlockingIOError
+    when none waits."""
 
 def _track(domain: int, ptr: int, size: int) -> int: ...
 def _untrack(domain: int, ptr: int) -> int: ...

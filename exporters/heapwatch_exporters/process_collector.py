@@ -25,9 +25,6 @@ from heapwatch import _core
 __all__ = ["ProcessCollector"]
 
 PROC = "/proc"
-# /proc/stat has a line per CPU before the boot time.
-_PROC_STAT_LIMIT = 1 << 20
-_LIMITS_LIMIT = 16384
 
 
 class ProcessCollector(Collector):
@@ -46,7 +43,8 @@ class ProcessCollector(Collector):
 
     def _read_boot_time(self) -> float:
         try:
-            stat = _core.read_small_file(os.path.join(self._proc, "stat"), _PROC_STAT_LIMIT)
+            # (a line per CPU comes before the boot time)
+            stat = _core.read_small_file(os.path.join(self._proc, "stat"), _core.SMALL_FILE_MAX)
         except OSError:
             return 0.0
         for line in stat.splitlines():
@@ -86,7 +84,7 @@ class ProcessCollector(Collector):
                 value=float(fields[11]) / self._ticks + float(fields[12]) / self._ticks,
             )
         try:
-            limits = _core.read_small_file(os.path.join(me, "limits"), _LIMITS_LIMIT)
+            limits = _core.read_small_file(os.path.join(me, "limits"))
             open_fds = _core.count_dir_entries(os.path.join(me, "fd"))
         except OSError:
             return

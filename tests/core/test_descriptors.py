@@ -21,7 +21,7 @@ def test_read_small_file_reads_up_to_its_limit(core: ModuleType, tmp_path: Path)
     path.write_bytes(b"x" * 5000)
     assert core.read_small_file(str(path)) == b"x" * 4096
     assert core.read_small_file(path, 10) == b"x" * 10
-    assert core.read_small_file(os.fsencode(path), 1 << 20) == b"x" * 5000
+    assert core.read_small_file(os.fsencode(path), core.SMALL_FILE_MAX) == b"x" * 5000
     assert core.read_small_file("/proc/self/statm").split()[1].isdigit()
 
 
@@ -37,8 +37,9 @@ def test_read_small_file_refuses_what_it_cannot_read_at_once(
     with pytest.raises(OSError) as not_regular:
         core.read_small_file(str(fifo))
     assert not_regular.value.errno == errno.EINVAL
-    with pytest.raises(ValueError, match=r"limit must be from 0 to 1048576, got 1048577"):
-        core.read_small_file(str(fifo), (1 << 20) + 1)
+    too_big = core.SMALL_FILE_MAX + 1
+    with pytest.raises(ValueError, match=rf"limit must be from 0 to {too_big - 1}, got {too_big}"):
+        core.read_small_file(str(fifo), too_big)
 
 
 def test_count_dir_entries_counts_all_but_dot_and_dot_dot(core: ModuleType, tmp_path: Path) -> None:
