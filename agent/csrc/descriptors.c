@@ -55,6 +55,15 @@ wait_for_standard(void)
     }
 }
 
+/* Closes `fd`, leaving errno as the call that failed before left it. */
+static void
+close_keeping_errno(int fd)
+{
+    int saved = errno;
+    (void)close(fd);
+    errno = saved;
+}
+
 /* Moves `fd` to HW_FD_FLOOR or above, closing the low number; keeps a
  * descriptor already there.  Returns the new number, or -1 with errno set
  * (the descriptor closed). */
@@ -65,9 +74,7 @@ above_floor(int fd)
         return fd;
     }
     int moved = fcntl(fd, F_DUPFD_CLOEXEC, HW_FD_FLOOR);
-    int saved = errno;
-    (void)close(fd);
-    errno = saved;
+    close_keeping_errno(fd);
     return moved;
 }
 
@@ -103,10 +110,8 @@ hw_read_small_file(const char *path, char *buf, size_t limit)
         }
         total += n;
     }
-done:;
-    int saved = errno;
-    (void)close(fd);
-    errno = saved;
+done:
+    close_keeping_errno(fd);
     return total;
 }
 
@@ -114,15 +119,8 @@ long
 hw_count_dir_entries(const char *path)
 {
     wait_for_standard();
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY | O_NONBLOCK);
-    if (fd < 0) {
-        return -1;
-    }
-    DIR *dir = fdopendir(fd);
+    DIR *dir = opendir(path); /* (close-on-exec and non-blocking, as glibc opens it) */
     if (dir == NULL) {
-        int saved = errno;
-        (void)close(fd);
-        errno = saved;
         return -1;
     }
     long count = 0;
