@@ -4,7 +4,6 @@ Prometheus query model), and queries what the agent exports."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -16,6 +15,8 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+
+from repo_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "deploy" / "grafana"
@@ -94,11 +95,7 @@ def load_generator() -> ModuleType:
     pytest.importorskip(
         "grafana_foundation_sdk", reason="grafana-foundation-sdk (requirements-deploy.txt)"
     )
-    spec = importlib.util.spec_from_file_location("heapwatch_dashboard_generator", GENERATOR)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(GENERATOR, "heapwatch_dashboard_generator")
 
 
 def test_committed_json_is_what_the_generator_writes() -> None:

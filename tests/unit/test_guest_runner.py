@@ -4,7 +4,6 @@ time, or outlives the limit, is a hang."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -12,12 +11,9 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "tests" / "guest" / "run.py"
-_SPEC = importlib.util.spec_from_file_location("guest_run", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-guest = importlib.util.module_from_spec(_SPEC)
-sys.modules["guest_run"] = guest  # dataclasses look their module up
-_SPEC.loader.exec_module(guest)
+from repo_scripts import load_script
+
+guest = load_script(Path(__file__).resolve().parents[1] / "guest" / "run.py", "guest_run")
 
 
 def wait(script: str, stall: float, limit: float) -> bool:

@@ -4,16 +4,11 @@ the service's threads were still filling their pools."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "tests" / "soak" / "soak.py"
-_SPEC = importlib.util.spec_from_file_location("soak_run", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-soak = importlib.util.module_from_spec(_SPEC)
-sys.modules["soak_run"] = soak  # dataclasses look their module up
-_SPEC.loader.exec_module(soak)
+from repo_scripts import load_script
+
+soak = load_script(Path(__file__).resolve().parents[1] / "soak" / "soak.py", "soak_run")
 
 MIB = 2**20
 
