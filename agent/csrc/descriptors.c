@@ -115,11 +115,17 @@ done:
     return total;
 }
 
+DIR *
+hw_opendir(const char *path)
+{
+    wait_for_standard();
+    return opendir(path); /* (close-on-exec and non-blocking, as glibc opens it) */
+}
+
 long
 hw_count_dir_entries(const char *path)
 {
-    wait_for_standard();
-    DIR *dir = opendir(path); /* (close-on-exec and non-blocking, as glibc opens it) */
+    DIR *dir = hw_opendir(path);
     if (dir == NULL) {
         return -1;
     }
@@ -153,4 +159,25 @@ hw_accept_above_floor(int fd)
         conn = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
     } while (conn < 0 && errno == EINTR);
     return conn < 0 ? -1 : above_floor(conn);
+}
+
+int
+hw_open_above_floor(const char *path, int flags, int mode)
+{
+    wait_for_standard();
+    int fd;
+    do {
+        fd = open(path, flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, (mode_t)mode);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        return -1;
+    }
+    if (!(flags & O_NONBLOCK)) {
+        int now = fcntl(fd, F_GETFL);
+        if (now < 0 || fcntl(fd, F_SETFL, now & ~O_NONBLOCK) < 0) {
+            close_keeping_errno(fd);
+            return -1;
+        }
+    }
+    return above_floor(fd);
 }

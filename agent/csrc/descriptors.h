@@ -23,6 +23,7 @@
 #ifndef HEAPWATCH_DESCRIPTORS_H
 #define HEAPWATCH_DESCRIPTORS_H
 
+#include <dirent.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -42,11 +43,25 @@ ssize_t hw_read_small_file(const char *path, char *buf, size_t limit);
  * set.  Call it with the GIL held (it may wait without it). */
 long hw_count_dir_entries(const char *path);
 
+/* opendir(`path`) (close-on-exec), its descriptor made with the GIL held:
+ * for listing a directory, entry by entry, with the GIL kept until
+ * closedir().  NULL with errno set.  Call it with the GIL held (it may wait
+ * without it). */
+DIR *hw_opendir(const char *path);
+
 /* accept4() on the listening socket `fd` (which must be non-blocking: with
  * the GIL held it may not wait), the connection's descriptor close-on-exec
  * and numbered HW_FD_FLOOR or above.  Returns it, -1 with errno set
  * (EAGAIN: no connection waiting), or -2 if `fd` is a blocking socket.
  * Call it with the GIL held (it may wait without it). */
 int hw_accept_above_floor(int fd);
+
+/* open() of `path` with `flags` (O_CLOEXEC added) and `mode`, numbered
+ * HW_FD_FLOOR or above: a file heapwatch writes unasked (a black-box dump,
+ * the termination log) or keeps open.  Returns the descriptor, or -1 with
+ * errno set.  Call it with the GIL held (it may wait without it); a FIFO
+ * opened for writing could block, so O_NONBLOCK is added for the open
+ * itself and taken off again. */
+int hw_open_above_floor(const char *path, int flags, int mode);
 
 #endif

@@ -3,6 +3,7 @@
  * Groups types.  The engine lives in the other files. */
 #include "compat.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "descriptors.h"
@@ -930,6 +931,66 @@ core_accept(PyObject *module, PyObject *arg)
 }
 
 static PyObject *
+core_list_dir(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *given = NULL, *path = NULL;
+    if (!PyArg_ParseTuple(args, "O:list_dir", &given) || !PyUnicode_FSConverter(given, &path)) {
+        return NULL;
+    }
+    /* With the GIL (released only to wait), kept until closedir(): the
+     * directory's descriptor is ours all along (descriptors.h). */
+    DIR *dir = hw_opendir(PyBytes_AS_STRING(path));
+    Py_DECREF(path);
+    if (dir == NULL) {
+        return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, given);
+    }
+    PyObject *names = PyList_New(0);
+    const struct dirent *entry;
+    errno = 0;
+    while (names != NULL && (entry = readdir(dir)) != NULL) {
+        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0) {
+            continue;
+        }
+        PyObject *name = PyUnicode_DecodeFSDefault(entry->d_name);
+        if (name == NULL || PyList_Append(names, name) < 0) {
+            Py_CLEAR(names);
+        }
+        Py_XDECREF(name);
+        errno = 0;
+    }
+    int saved = names != NULL ? errno : 0;
+    (void)closedir(dir);
+    if (saved != 0) {
+        Py_DECREF(names);
+        errno = saved;
+        return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, given);
+    }
+    return names;
+}
+
+static PyObject *
+core_open_file(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *given = NULL, *path = NULL;
+    int flags = 0, mode = 0600;
+    if (!PyArg_ParseTuple(args, "Oi|i:open_file", &given, &flags, &mode) ||
+        !PyUnicode_FSConverter(given, &path)) {
+        return NULL;
+    }
+    /* With the GIL (released only to wait): see descriptors.h. */
+    int fd = hw_open_above_floor(PyBytes_AS_STRING(path), flags, mode);
+    if (fd < 0) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, given);
+        Py_DECREF(path);
+        return NULL;
+    }
+    Py_DECREF(path);
+    return PyLong_FromLong(fd);
+}
+
+static PyObject *
 core_interposed(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -1091,6 +1152,12 @@ static PyMethodDef core_methods[] = {
     {"count_dir_entries", core_count_dir_entries, METH_VARARGS,
      "count_dir_entries(path) -> int: the entries of a directory but . and .. (/proc/self/fd), "
      "read with the GIL held"},
+    {"list_dir", core_list_dir, METH_VARARGS,
+     "list_dir(path) -> list[str]: the names in a directory but . and .., in no order, its "
+     "descriptor made and closed with the GIL held (descriptors.h)"},
+    {"open_file", core_open_file, METH_VARARGS,
+     "open_file(path, flags, mode=0o600) -> int: os.open() with the GIL held, while 0, 1 and 2 "
+     "are open, the descriptor close-on-exec and numbered above 2 (descriptors.h)"},
     {"accept", core_accept, METH_O,
      "accept(fd) -> int: a connection on the non-blocking listening socket fd, close-on-exec "
      "and numbered " Py_STRINGIFY(HW_FD_FLOOR) " or above, accepted with the GIL held "

@@ -175,6 +175,15 @@ def read_small_file(path: str | bytes | os.PathLike[str], limit: int = ...) -> b
 def count_dir_entries(path: str | bytes | os.PathLike[str]) -> int:
     """The entries of a directory but ``.`` and ``..``, read with the GIL held."""
 
+def list_dir(path: str | bytes | os.PathLike[str]) -> list[str]:
+    """The names in a directory but ``.`` and ``..``, in no order, listed
+    with the GIL held (descriptors.h)."""
+
+def open_file(path: str | bytes | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+    """``os.open(path, flags, mode)`` with the GIL held, while 0, 1 and 2 are
+    open, the descriptor close-on-exec and numbered above the standard three:
+    for files heapwatch writes unasked (descriptors.h)."""
+
 def accept(fd: int) -> int:
     """A connection on the non-blocking listening socket ``fd``, accepted
     with the GIL held and numbered above the standard three; BlockingIOError

@@ -64,6 +64,45 @@ def test_accept_wants_a_non_blocking_socket_and_never_waits(core: ModuleType) ->
                 assert not os.get_inheritable(fd)
 
 
+def test_open_file_opens_close_on_exec_and_blocking_as_asked(
+    core: ModuleType, tmp_path: Path
+) -> None:
+    path = tmp_path / "out"
+    fd = core.open_file(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    try:
+        assert fd >= 3
+        assert not os.get_inheritable(fd)
+        # O_NONBLOCK is only for the open itself (a FIFO must not block it)
+        assert os.get_blocking(fd)
+        os.write(fd, b"abc")
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"abc"
+    assert path.stat().st_mode & 0o777 == 0o640 & ~_umask()
+    with pytest.raises(FileExistsError) as exists:
+        core.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    assert exists.value.filename == path
+    with pytest.raises(TypeError):
+        core.open_file(str(path), "w")
+
+
+def test_open_file_does_not_block_on_a_fifo_without_a_reader(
+    core: ModuleType, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # A plain open() for writing would wait for a reader, the GIL held
+    with pytest.raises(OSError) as no_reader:
+        core.open_file(str(fifo), os.O_WRONLY)
+    assert no_reader.value.errno == errno.ENXIO
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 # With stdin and stdout closed, as a service has them for a moment, the
 # lowest free numbers are 0 and 1: the connection must not take them.
 CLOSED_STANDARD = textwrap.dedent(
@@ -84,7 +123,8 @@ CLOSED_STANDARD = textwrap.dedent(
         except OSError:
             free.append(low)
     data = _core.read_small_file("/proc/self/statm")
-    os.write(2, json.dumps([fd, free, len(data) > 0]).encode())
+    opened = _core.open_file("/dev/null", os.O_WRONLY)
+    os.write(2, json.dumps([fd, opened, free, len(data) > 0]).encode())
     """
 )
 
@@ -98,6 +138,7 @@ def test_accept_and_read_leave_the_closed_standard_numbers_free(core: ModuleType
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    fd, free, read = json.loads(done.stderr)
+    fd, opened, free, read = json.loads(done.stderr)
     assert fd >= 3
+    assert opened >= 3
     assert (free, read) == ([0, 1], True)
