@@ -4,7 +4,7 @@ Names are fixed: the Grafana dashboard and the alert rules select on them.
 ``Metric.value`` reads a number out of the agent's ``Readings``; per-site
 metrics have ``site_value`` instead and one series per ``Site`` (the top
 sites, then ``<other>``); metrics with ``series`` have one series per value
-of their one label, ``series_label``.  A value of None means "no series"
+of their labels, ``series_labels``.  A value of None means "no series"
 (before the first successful cycle, or a figure this process cannot read).
 """
 
@@ -22,6 +22,7 @@ __all__ = [
     "NATIVE_HEAP_STATES",
     "OTEL_ATTRIBUTE_FILE",
     "OTEL_ATTRIBUTE_LINE",
+    "PRESSURE_KINDS",
     "Metric",
 ]
 
@@ -32,6 +33,11 @@ OTEL_ATTRIBUTE_LINE = "code.line.number"
 # heapwatch_native_heap_bytes{state=...}: the C allocator's heap, in use or
 # free but retained.
 NATIVE_HEAP_STATES = ("in_use", "retained")
+# heapwatch_container_memory_pressure_seconds_total{kind=...}: PSI's two lines,
+# some task stalled on memory, or all of them.
+PRESSURE_KINDS = ("some", "full")
+
+SeriesKey = tuple[object, ...]
 
 
 class Metric(NamedTuple):
@@ -47,10 +53,12 @@ class Metric(NamedTuple):
     site_value: Callable[[Site], float | None] | None = None
     """One series per site; None leaves the site out (``<other>`` has no
     leak score)."""
-    series: Callable[[Readings], Mapping[str, float] | None] | None = None
-    """Label value -> value, one series each (``series_label`` names the
-    label: the Prometheus label and the OpenTelemetry attribute alike)."""
-    series_label: str = ""
+    series: Callable[[Readings], Mapping[SeriesKey, float] | None] | None = None
+    """Label values -> value, one series each (``series_labels`` names the
+    labels: Prometheus's, and OpenTelemetry's attributes unless
+    ``series_attributes`` names those)."""
+    series_labels: tuple[str, ...] = ()
+    series_attributes: tuple[str, ...] = ()
 
 
 def _result(read: Callable[..., float | None]) -> Callable[[Readings], float | None]:
@@ -60,11 +68,40 @@ def _result(read: Callable[..., float | None]) -> Callable[[Readings], float | N
     return value
 
 
-def _native_heap(readings: Readings) -> Mapping[str, float] | None:
+def _native_heap(readings: Readings) -> Mapping[SeriesKey, float] | None:
     result = readings.result
     if result is None or result.native_in_use is None or result.native_retained is None:
         return None
-    return dict(zip(NATIVE_HEAP_STATES, (result.native_in_use, result.native_retained)))
+    figures = (result.native_in_use, result.native_retained)
+    return {(state,): figure for state, figure in zip(NATIVE_HEAP_STATES, figures)}
+
+
+def _container(read: Callable[..., float | None]) -> Callable[[Readings], float | None]:
+    def value(readings: Readings) -> float | None:
+        result = readings.result
+        if result is None or result.container is None:
+            return None
+        return read(result.container)
+
+    return value
+
+
+def _pressure(readings: Readings) -> Mapping[SeriesKey, float] | None:
+    result = readings.result
+    container = result.container if result is not None else None
+    if container is None:
+        return None
+    figures = (container.pressure_some, container.pressure_full)
+    return {(kind,): figure for kind, figure in zip(PRESSURE_KINDS, figures) if figure is not None}
+
+
+def _previous_black_box(readings: Readings) -> Mapping[SeriesKey, float] | None:
+    box = readings.previous_black_box
+    if box is None:
+        return None
+    file, line = box.site if box.site is not None else ("", 0)
+    name = box.path.rsplit("/", 1)[-1]
+    return {(name, box.threshold, file, line): box.timestamp}
 
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -198,7 +235,98 @@ CATALOGUE: tuple[Metric, ...] = (
         'large blocks and C code\'s), state="retained" is free but kept by the allocator. '
         'Absent without glibc\'s malloc (heapwatch_info{native_heap="unavailable"}).',
         series=_native_heap,
-        series_label="state",
+        series_labels=("state",),
+    ),
+    Metric(
+        "heapwatch.container.memory.limit",
+        "By",
+        "heapwatch_container_memory_limit_bytes",
+        "bytes",
+        "gauge",
+        "The memory limit of the process's cgroup (v2 memory.max, v1 memory.limit_in_bytes; "
+        "the smallest on its path): past it the kernel's OOM killer acts. Absent when there "
+        "is no limit.",
+        value=_container(lambda c: c.limit),
+    ),
+    Metric(
+        "heapwatch.container.memory.high",
+        "By",
+        "heapwatch_container_memory_high_bytes",
+        "bytes",
+        "gauge",
+        "cgroup v2's memory.high (the smallest on the path): past it the kernel throttles "
+        "and reclaims. Absent when there is none, and on cgroup v1.",
+        value=_container(lambda c: c.high),
+    ),
+    Metric(
+        "heapwatch.container.memory.usage",
+        "By",
+        "heapwatch_container_memory_usage_bytes",
+        "bytes",
+        "gauge",
+        "Memory charged to the process's cgroup (v2 memory.current, v1 memory.usage_in_bytes): "
+        "every process of the container, and the page cache it caused.",
+        value=_container(lambda c: c.usage),
+    ),
+    Metric(
+        "heapwatch.container.memory.working_set",
+        "By",
+        "heapwatch_container_memory_working_set_bytes",
+        "bytes",
+        "gauge",
+        "The cgroup's usage less its inactive file pages, as the kubelet computes it: what "
+        "Kubernetes' eviction and kubectl top show, and what nears the limit before an OOM kill.",
+        value=_container(lambda c: c.working_set),
+    ),
+    Metric(
+        "heapwatch.container.oom_kills",
+        "{kill}",
+        "heapwatch_container_oom_kills_total",
+        "",
+        "counter",
+        "Processes the kernel's OOM killer killed in the process's cgroup (v2 memory.events, "
+        "v1 memory.oom_control): a worker killed while the container lives counts here.",
+        value=_container(lambda c: c.oom_kills),
+    ),
+    Metric(
+        "heapwatch.container.memory.pressure",
+        "s",
+        "heapwatch_container_memory_pressure_seconds_total",
+        "seconds",
+        "counter",
+        'Time tasks of the cgroup stalled waiting for memory (PSI memory.pressure): kind="some" '
+        'while at least one did, kind="full" while all did. Absent where the kernel has no PSI '
+        "for the cgroup.",
+        series=_pressure,
+        series_labels=("kind",),
+    ),
+    Metric(
+        "heapwatch.black_box.dumps",
+        "{dump}",
+        "heapwatch_black_box_dumps_total",
+        "",
+        "counter",
+        "Black boxes this process wrote: dumps written into HEAPWATCH_DUMP_DIR as the "
+        "container's working set crossed a threshold of HEAPWATCH_DUMP_AT.",
+        value=lambda readings: readings.black_boxes,
+    ),
+    Metric(
+        "heapwatch.black_box.previous",
+        "s",
+        "heapwatch_previous_black_box_timestamp_seconds",
+        "seconds",
+        "gauge",
+        "Unix time of the black box an earlier process wrote into HEAPWATCH_DUMP_DIR before "
+        "it died without exiting (an OOM kill), found at this process's start: dump names "
+        "the file, threshold what was crossed, and the code labels its top allocation site.",
+        series=_previous_black_box,
+        series_labels=("dump", "threshold", LABEL_FILE, LABEL_LINE),
+        series_attributes=(
+            "heapwatch.dump",
+            "heapwatch.threshold",
+            OTEL_ATTRIBUTE_FILE,
+            OTEL_ATTRIBUTE_LINE,
+        ),
     ),
     Metric(
         "heapwatch.cycle.duration",

@@ -104,8 +104,11 @@ class _Instruments:
                 ]
             if metric.series is not None:
                 series = metric.series(readings) or {}
-                label = metric.series_label
-                return [Observation(value, {label: key}) for key, value in series.items()]
+                names = metric.series_attributes or metric.series_labels
+                return [
+                    Observation(value, dict(zip(names, key)))  # type: ignore[arg-type]
+                    for key, value in series.items()
+                ]
             assert metric.value is not None
             value = metric.value(readings)
             return [] if value is None else [Observation(value)]

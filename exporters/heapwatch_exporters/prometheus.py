@@ -120,8 +120,8 @@ class HeapwatchCollector(Collector):
                 series = metric.series(readings)
                 if series is None:
                     continue
-                for label, figure in series.items():
-                    family.add_metric([label], figure)
+                for key, figure in series.items():
+                    family.add_metric([str(part) for part in key], figure)
             elif metric.value is not None:
                 value = metric.value(readings)
                 if value is None:
@@ -140,7 +140,7 @@ def _family(metric: CatalogueMetric) -> Any:
     if metric.site_value is not None:
         labels = [LABEL_FILE, LABEL_LINE]
     else:
-        labels = [metric.series_label] if metric.series is not None else []
+        labels = list(metric.series_labels)
     if metric.kind == "counter":
         return CounterMetricFamily(
             metric.prometheus_name, metric.description, labels=labels, unit=metric.prometheus_unit

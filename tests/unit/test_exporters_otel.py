@@ -22,6 +22,7 @@ from opentelemetry.sdk.metrics.export import (
 from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.container import ContainerMemory, MemoryCgroup
 from heapwatch.agent.procmem import ProcessMemory
 from heapwatch_exporters import otel
 from heapwatch_exporters.otel import OtelExporter, configured_meter_provider
@@ -45,7 +46,16 @@ INSTRUMENTS = {
     "heapwatch.process.resident": "By",
     "heapwatch.untraced": "By",
     "heapwatch.native_heap": "By",
+    "heapwatch.container.memory.limit": "By",
+    "heapwatch.container.memory.high": "By",
+    "heapwatch.container.memory.usage": "By",
+    "heapwatch.container.memory.working_set": "By",
+    "heapwatch.container.oom_kills": "{kill}",
+    "heapwatch.container.memory.pressure": "s",
+    "heapwatch.black_box.dumps": "{dump}",
 }
+CGROUP = MemoryCgroup(2, "/sys/fs/cgroup", ("/sys/fs/cgroup",), "/sys/fs/cgroup/memory.pressure")
+CONTAINER = ContainerMemory(300 << 20, 250 << 20, 200 << 20, 150 << 20, 1, 2.5, 0.5)
 
 
 def model_agent(exporter: OtelExporter) -> tuple[Agent, ModelSource]:
@@ -61,6 +71,8 @@ def model_agent(exporter: OtelExporter) -> tuple[Agent, ModelSource]:
         memory=lambda: ProcessMemory(
             resident=100_000, native_in_use=60_000, native_retained=20_000
         ),
+        cgroup=lambda: CGROUP,
+        container=lambda cgroup: CONTAINER,
     )
     return agent, source
 
@@ -113,6 +125,12 @@ def test_instruments_on_the_given_provider_read_the_last_cycle() -> None:
     assert found["heapwatch.untraced"][0][1] == 100_000 - 8000 - 4096
     heap = {a["state"]: v for a, v, _ in found["heapwatch.native_heap"]}
     assert heap == {"in_use": 60_000, "retained": 20_000}
+    # and the container's memory, read once a cycle from the process's cgroup
+    assert found["heapwatch.container.memory.limit"][0][1] == 300 << 20
+    assert found["heapwatch.container.memory.working_set"][0][1] == 150 << 20
+    assert found["heapwatch.container.oom_kills"][0][1] == 1
+    pressure = {a["kind"]: v for a, v, _ in found["heapwatch.container.memory.pressure"]}
+    assert pressure == {"some": 2.5, "full": 0.5}
     provider.shutdown()
 
 

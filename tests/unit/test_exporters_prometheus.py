@@ -19,7 +19,8 @@ from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch import __version__
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.interface import CycleResult, Readings, Site
+from heapwatch.agent.container import ContainerMemory
+from heapwatch.agent.interface import BlackBox, CycleResult, Readings, Site
 from heapwatch_exporters.prometheus import (
     HeapwatchCollector,
     PrometheusExporter,
@@ -44,9 +45,35 @@ RESULT = CycleResult(
     untraced=37_952,
     native_in_use=30_000,
     native_retained=5_000,
+    container=ContainerMemory(
+        limit=200 << 20,
+        high=180 << 20,
+        usage=150 << 20,
+        working_set=120 << 20,
+        oom_kills=3,
+        pressure_some=1.25,
+        pressure_full=0.5,
+    ),
+)
+PREVIOUS = BlackBox(
+    "/dumps/heapwatch-20261128T120000.000000Z-1-2-blackbox.hwdump",
+    1_700_000_000.25,
+    1,
+    "97%",
+    194 << 20,
+    200 << 20,
+    ("/srv/app.py", 42),
+    100 << 20,
 )
 READINGS = Readings(
-    RESULT, cycles=12, errors=1, mode="sample", sample_interval=524288, native_heap="mallinfo2"
+    RESULT,
+    cycles=12,
+    errors=1,
+    mode="sample",
+    sample_interval=524288,
+    native_heap="mallinfo2",
+    black_boxes=2,
+    previous_black_box=PREVIOUS,
 )
 
 # Fixed names: the Grafana dashboard and the alert rules use them.
@@ -71,6 +98,14 @@ FIXED_NAMES = {
     "heapwatch_process_resident_bytes",
     "heapwatch_untraced_bytes",
     "heapwatch_native_heap_bytes",
+    "heapwatch_container_memory_limit_bytes",
+    "heapwatch_container_memory_high_bytes",
+    "heapwatch_container_memory_usage_bytes",
+    "heapwatch_container_memory_working_set_bytes",
+    "heapwatch_container_oom_kills_total",
+    "heapwatch_container_memory_pressure_seconds_total",
+    "heapwatch_black_box_dumps_total",
+    "heapwatch_previous_black_box_timestamp_seconds",
 }
 
 
@@ -106,6 +141,22 @@ def test_every_fixed_name_is_published_with_its_value() -> None:
     assert values["heapwatch_untraced_bytes", ()] == 37_952
     assert values["heapwatch_native_heap_bytes", (("state", "in_use"),)] == 30_000
     assert values["heapwatch_native_heap_bytes", (("state", "retained"),)] == 5_000
+    assert values["heapwatch_container_memory_limit_bytes", ()] == 200 << 20
+    assert values["heapwatch_container_memory_high_bytes", ()] == 180 << 20
+    assert values["heapwatch_container_memory_usage_bytes", ()] == 150 << 20
+    assert values["heapwatch_container_memory_working_set_bytes", ()] == 120 << 20
+    assert values["heapwatch_container_oom_kills_total", ()] == 3
+    pressure = "heapwatch_container_memory_pressure_seconds_total"
+    assert values[pressure, (("kind", "some"),)] == 1.25
+    assert values[pressure, (("kind", "full"),)] == 0.5
+    assert values["heapwatch_black_box_dumps_total", ()] == 2
+    previous = (
+        ("code_file_path", "/srv/app.py"),
+        ("code_line_number", "42"),
+        ("dump", "heapwatch-20261128T120000.000000Z-1-2-blackbox.hwdump"),
+        ("threshold", "97%"),
+    )
+    assert values["heapwatch_previous_black_box_timestamp_seconds", previous] == 1_700_000_000.25
     info = (
         ("mode", "sample"),
         ("native_heap", "mallinfo2"),
@@ -129,6 +180,25 @@ def test_without_mallinfo2_the_heap_split_is_absent_and_info_says_so() -> None:
     assert info[0]["native_heap"] == "unavailable"
 
 
+def test_without_a_limit_or_a_cgroup_the_container_series_are_absent() -> None:
+    # given a process in a cgroup with no limit and no PSI
+    unlimited = RESULT.container._replace(
+        limit=None, high=None, pressure_some=None, pressure_full=None
+    )  # type: ignore[union-attr]
+    values = samples(
+        collect_registry(READINGS._replace(result=RESULT._replace(container=unlimited)))
+    )
+    names = {name for name, _ in values}
+    # then the limit and pressure are absent, the usage is there
+    assert "heapwatch_container_memory_limit_bytes" not in names
+    assert "heapwatch_container_memory_pressure_seconds_total" not in names
+    assert values["heapwatch_container_memory_working_set_bytes", ()] == 120 << 20
+    # and outside any memory cgroup, none of the container's series
+    readings = READINGS._replace(result=RESULT._replace(container=None), previous_black_box=None)
+    names = {name for name, _ in samples(collect_registry(readings))}
+    assert not {name for name in names if "container" in name or "previous" in name}
+
+
 def test_sites_are_labelled_by_file_and_line_and_sum_to_the_total() -> None:
     values = samples(collect_registry(READINGS))
     app = (("code_file_path", "/srv/app.py"), ("code_line_number", "42"))
@@ -149,6 +219,7 @@ def test_before_the_first_cycle_only_the_counters_and_info_are_published() -> No
         "heapwatch_sample_interval_bytes",
         "heapwatch_cycles_total",
         "heapwatch_cycle_errors_total",
+        "heapwatch_black_box_dumps_total",
     }
 
 

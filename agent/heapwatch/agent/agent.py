@@ -44,10 +44,17 @@ from typing import TYPE_CHECKING, Any, Callable
 from heapwatch._errors import HeapwatchError
 from heapwatch.agent import plugins
 from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.container import (
+    ContainerMemory,
+    MemoryCgroup,
+    find_memory_cgroup,
+    read_container_memory,
+)
 from heapwatch.agent.forks import call_in_forked_child
 from heapwatch.agent.interface import (
     OTHER_FILE,
     OTHER_LINE,
+    BlackBox,
     Component,
     CycleResult,
     Readings,
@@ -147,6 +154,9 @@ class Agent:
         router: the HTTP routes (``/metrics`` and whatever else is added).
         server: builds the server of the routes, once there are routes.
         memory: reads the process's resident set and its C heap, once a cycle.
+        cgroup: finds the process's memory cgroup, at start.
+        container: reads the cgroup's memory (limit, usage, working set,
+            OOM kills, pressure), once a cycle.
     """
 
     @owned
@@ -162,6 +172,8 @@ class Agent:
         router: Routes | None = None,
         server: ServerFactory | None = None,
         memory: Callable[[], ProcessMemory] = read_process_memory,
+        cgroup: Callable[[], MemoryCgroup | None] = find_memory_cgroup,
+        container: Callable[[MemoryCgroup], ContainerMemory] = read_container_memory,
     ) -> None:
         self.config = config if config is not None else AgentConfig.from_env()
         self._source: SnapshotSource = source if source is not None else CoreSource()
@@ -173,6 +185,9 @@ class Agent:
         self._clock = clock
         self._timer = timer
         self._memory = memory
+        self._find_cgroup = cgroup
+        self._read_container = container
+        self._cgroup: MemoryCgroup | None = None
         self._start_memory: ProcessMemory | None = None
         self._native_heap = NATIVE_HEAP_UNAVAILABLE
         self.router: Routes = (
@@ -218,6 +233,9 @@ class Agent:
         self._cycles = 0
         self._errors = 0
         self._failing = False
+        # This process's: a forked child has written none and found none.
+        self._black_boxes = 0
+        self._previous_black_box: BlackBox | None = None
 
     # ---- public ------------------------------------------------------------
 
@@ -254,7 +272,24 @@ class Agent:
                 self._mode,
                 self._sample_interval,
                 self._native_heap,
+                self._black_boxes,
+                self._previous_black_box,
             )
+
+    @property
+    def cgroup(self) -> MemoryCgroup | None:
+        """The process's memory cgroup, found at start; None outside one."""
+        return self._cgroup
+
+    def black_box_written(self, box: BlackBox) -> None:
+        """Counts a black box this process wrote (the dump service's)."""
+        with self._lock:
+            self._black_boxes += 1
+
+    def black_box_found(self, box: BlackBox) -> None:
+        """Publishes the black box an earlier process left."""
+        with self._lock:
+            self._previous_black_box = box
 
     def leak_scores(self) -> Mapping[tuple[str, int], LeakScore]:
         """The last cycle's leak score of each site it watched, by (file, line)."""
@@ -308,6 +343,9 @@ class Agent:
             self._start_memory = self._memory()
             if self._start_memory.native_in_use is not None:
                 self._native_heap = NATIVE_HEAP_SOURCE
+            # Found once: a process does not change its cgroup (a container
+            # runtime that moves it is rare enough to cost a restart).
+            self._cgroup = self._find_cgroup()
             self._state = _RUNNING
         self._register_process_hooks()
         try:
@@ -426,6 +464,8 @@ class Agent:
         # Read beside the snapshot, so that the untraced figure compares
         # figures of one moment.
         memory, self._start_memory = self._start_memory or self._memory(), None
+        cgroup = self._cgroup
+        container = self._read_container(cgroup) if cgroup is not None else None
         # Releases code objects no trace refers to any more.
         self._source.drain()
         self._previous = groups
@@ -459,6 +499,7 @@ class Agent:
             native_retained=memory.native_retained,
             epoch=snapshot.epoch,
             epoch_started=began[2],
+            container=container,
         )
 
     def _begins_epoch(self, now: float) -> bool:

@@ -28,12 +28,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULTS",
+    "DEFAULT_DUMP_AT",
     "DEFAULT_NFRAME",
     "EXPORTER_NAMES",
+    "TERMINATION_LOG_AUTO",
+    "TERMINATION_LOG_DEFAULT",
     "AgentConfig",
     "ConfigError",
+    "Threshold",
     "parse_age",
     "parse_bool",
+    "parse_dump_at",
     "parse_duration",
     "parse_leak_window",
     "parse_size",
@@ -65,6 +70,16 @@ MAX_TOKEN_LENGTH = 4096
 # Signals a dump may be asked with: catchable, and with no meaning a service
 # relies on by default (not INT, TERM, CHLD, the fault signals, KILL, STOP).
 DUMP_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT", "SIGWINCH")
+
+# The black box's thresholds unless HEAPWATCH_DUMP_AT says: docs/design/dumps.md
+# ("The black box") has the measurements behind them.  90% leaves the time a
+# dump of a million exact-mode traces takes at the fastest growth a container
+# survives for a second; 97% is the last picture, taken when the kill is near.
+DEFAULT_DUMP_AT = ("90%", "97%")
+# HEAPWATCH_TERMINATION_LOG's default: Kubernetes' file, when it exists and is
+# writable (the kubelet shows it as the last state's message).
+TERMINATION_LOG_AUTO = "auto"
+TERMINATION_LOG_DEFAULT = "/dev/termination-log"
 
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y", "t"})
 _FALSE_WORDS = frozenset({"0", "false", "no", "off", "n", "f"})
@@ -277,6 +292,77 @@ def _parse_byte_limit(text: str) -> int:
     return _bytes_in(text, 0, MAX_DUMP_BYTES, accepted)
 
 
+class Threshold(NamedTuple):
+    """A black-box threshold: a share of the container's memory limit
+    (``percent``) or a working set in bytes (``size``)."""
+
+    percent: float | None = None
+    size: int | None = None
+
+    def bytes_of(self, limit: int) -> int:
+        """The working set, in bytes, at which it is crossed under ``limit``."""
+        if self.percent is not None:
+            return int(limit * self.percent / 100)
+        return self.size if self.size is not None else limit
+
+    def __str__(self) -> str:
+        if self.percent is not None:
+            shown = int(self.percent) if self.percent.is_integer() else self.percent
+            return f"{shown}%"
+        return f"{self.size}B"
+
+
+def parse_dump_at(text: str) -> tuple[Threshold, ...]:
+    """The black box's thresholds from ``90%,97%``, ``1.5GiB``, ``none``:
+    percentages of the container's limit (above 0, at most 100) or sizes."""
+    accepted = (
+        "a comma-separated list of percentages of the container's memory limit "
+        "(above 0%, at most 100%) or sizes (such as 1.5GiB), like 90%,97%; or none"
+    )
+    words = [word.strip() for word in text.split(",") if word.strip()]
+    if [word.lower() for word in words] in (["none"], ["off"]):
+        return ()
+    if not words:
+        raise ValueError(accepted)
+    thresholds: list[Threshold] = []
+    for word in words:
+        if word.endswith("%"):
+            try:
+                percent = float(word[:-1])
+            except ValueError:
+                percent = math.nan
+            if math.isnan(percent):
+                raise ValueError(f"{accepted}; {word!r} is not a number of percent")
+            if percent > 100:
+                raise ValueError(f"{accepted}; {word!r} is above 100%") from None
+            if percent <= 0:
+                raise ValueError(f"{accepted}; {word!r} is not above 0%") from None
+            thresholds.append(Threshold(percent=percent))
+        else:
+            try:
+                size = _bytes_in(word, 1, MAX_DUMP_BYTES, accepted)
+            except ValueError:
+                raise ValueError(
+                    f"{accepted}; {word!r} is neither a percentage nor a size"
+                ) from None
+            thresholds.append(Threshold(size=size))
+    return tuple(dict.fromkeys(thresholds))
+
+
+def _parse_termination_log(text: str) -> str | None:
+    word = text.strip()
+    if word.lower() in ("none", "off"):
+        return None
+    if word.lower() == TERMINATION_LOG_AUTO:
+        return TERMINATION_LOG_AUTO
+    if not word or "\0" in word:
+        raise ValueError(
+            f"a file to write the black box's summary to, {TERMINATION_LOG_AUTO} "
+            f"({TERMINATION_LOG_DEFAULT} when it exists and is writable) or none"
+        )
+    return os.path.abspath(os.path.expanduser(word))
+
+
 # A field's fallback when it is AgentConfig's default (its one home).
 _DEFAULT: Any = object()
 
@@ -316,10 +402,12 @@ _FIELDS = (
     _Field("dump_dir", _parse_dump_dir),
     _Field("dump_keep", _parse_int(0, MAX_DUMP_KEEP, "dumps kept, 0 for no limit")),
     _Field("dump_max_bytes", _parse_byte_limit),
+    _Field("dump_at", parse_dump_at),
+    _Field("termination_log", _parse_termination_log),
 )
 # Settings that take None from code: off ("none" or unset in the environment),
 # or for nframe the mode's default (unset in the environment).
-_OPTIONAL = frozenset({"nframe", "token", "dump_signal", "dump_dir"})
+_OPTIONAL = frozenset({"nframe", "token", "dump_signal", "dump_dir", "termination_log"})
 _FIELDS_BY_NAME = {field.name: field for field in _FIELDS}
 # Settings in seconds: a number from code is read as seconds.
 _DURATIONS = frozenset({"interval", "leak_window"})
@@ -357,6 +445,14 @@ class AgentConfig(NamedTuple):
             (the oldest are deleted; 0: no limit).
         dump_max_bytes: HEAPWATCH_DUMP_MAX_BYTES, the most bytes of dumps
             kept in ``dump_dir`` (0: no limit).
+        dump_at: HEAPWATCH_DUMP_AT, the black box's thresholds: when the
+            container's working set crosses one, a dump is written into
+            ``dump_dir`` before the kernel's OOM killer acts (``90%,97%`` of
+            the limit by default; ``none``, an empty tuple, switches it off).
+        termination_log: HEAPWATCH_TERMINATION_LOG, where a short summary
+            goes at each crossing: ``"auto"`` (the default) is
+            ``/dev/termination-log`` when it exists and is writable; None
+            switches it off.
     """
 
     enabled: bool = True
@@ -375,6 +471,8 @@ class AgentConfig(NamedTuple):
     dump_dir: str | None = None
     dump_keep: int = 10
     dump_max_bytes: int = 0
+    dump_at: tuple[Threshold, ...] = tuple(parse_dump_at(",".join(DEFAULT_DUMP_AT)))
+    termination_log: str | None = TERMINATION_LOG_AUTO
 
     def __repr__(self) -> str:
         # The token must not reach a log line through a repr.
@@ -445,6 +543,12 @@ def _check(name: str, value: object) -> object:
         if not all(isinstance(v, str) for v in value):
             raise ConfigError(f"exporters must be names, got {value!r}")
         text = ",".join(value) or "none"
+    elif name == "dump_at" and isinstance(value, (list, tuple)):
+        if all(isinstance(v, Threshold) for v in value):
+            return tuple(value)
+        if not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"dump_at must be thresholds such as '90%' or '2GiB', got {value!r}")
+        text = ",".join(value) or "none"
     elif name in _DURATIONS and isinstance(value, (int, float)):
         text = repr(float(value))
     elif isinstance(value, int):
@@ -489,7 +593,7 @@ def _show(value: object) -> str:
     if value is None:
         return "none"
     if isinstance(value, tuple):
-        return ",".join(value) or "none"
+        return ",".join(str(item) for item in value) or "none"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -500,7 +604,7 @@ def to_environ(config: AgentConfig) -> dict[str, str]:
     env: dict[str, str] = {}
     for field in _FIELDS:
         value = getattr(config, field.name)
-        if value is None and field.name != "dump_signal":
+        if value is None and field.name not in ("dump_signal", "termination_log"):
             continue  # unset is how the environment says "none" for these
         text = repr(float(value)) if field.name in _DURATIONS else _show(value)
         env[ENV_PREFIX + field.name.upper()] = text

@@ -27,12 +27,14 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
 
     from heapwatch.agent.config import AgentConfig
+    from heapwatch.agent.container import ContainerMemory, MemoryCgroup
     from heapwatch.agent.leaks import LeakScore
 
 __all__ = [
     "OTHER_FILE",
     "OTHER_LINE",
     "AgentView",
+    "BlackBox",
     "Component",
     "CycleResult",
     "Readings",
@@ -113,6 +115,28 @@ class CycleResult(NamedTuple):
     epoch_started: float | None = None
     """A unix time no earlier than ``epoch`` began: ``timestamp`` of the cycle
     that began it, or of the first cycle that saw it (its beginning unknown)."""
+    container: ContainerMemory | None = None
+    """The memory of the process's cgroup (its limit, usage, working set, OOM
+    kills, pressure), read with the traced bytes; None outside any memory
+    cgroup (``heapwatch.agent.container``)."""
+
+
+class BlackBox(NamedTuple):
+    """A dump written as the container's working set crossed a threshold of
+    its memory limit, before the kernel's OOM killer could act."""
+
+    path: str
+    timestamp: float
+    """Unix time of the dump."""
+    pid: int
+    """The process that wrote it."""
+    threshold: str
+    """The threshold crossed, as configured (``"95%"``, ``"1610612736B"``)."""
+    working_set: int
+    limit: int
+    site: tuple[str, int] | None
+    """The top allocation site (file, line) by live bytes, if any."""
+    site_size: int = 0
 
 
 class Readings(NamedTuple):
@@ -129,6 +153,11 @@ class Readings(NamedTuple):
     native_heap: str = NATIVE_HEAP_UNAVAILABLE
     """Where ``native_in_use`` and ``native_retained`` come from: "mallinfo2",
     or "unavailable" (another C library, or another malloc preloaded)."""
+    black_boxes: int = 0
+    """Black boxes this process wrote (``BlackBox``)."""
+    previous_black_box: BlackBox | None = None
+    """The black box an earlier process wrote in the dump directory before it
+    died without exiting cleanly (an OOM kill), found at start."""
 
 
 ReadingsSource = Callable[[], Optional[Readings]]
@@ -170,6 +199,16 @@ class AgentView(Protocol):
     router: Routes
     retain_last_snapshot: bool
     """Set to keep each cycle's snapshot for ``last_snapshot()``."""
+
+    @property
+    def cgroup(self) -> MemoryCgroup | None:
+        """The process's memory cgroup, found at start; None outside one."""
+
+    def black_box_written(self, box: BlackBox) -> None:
+        """Counts a black box this process wrote."""
+
+    def black_box_found(self, box: BlackBox) -> None:
+        """Publishes the black box an earlier process left (found at start)."""
 
     def readings(self) -> Readings: ...
     def last_snapshot(self) -> tuple[Any, float] | None: ...

@@ -19,6 +19,7 @@ __all__ = [
     "NATIVE_HEAP_UNAVAILABLE",
     "STATM",
     "ProcessMemory",
+    "process_start",
     "read_process_memory",
     "untraced",
 ]
@@ -77,3 +78,23 @@ def untraced(resident: int | None, traced: int, tracer: int) -> int | None:
     if resident is None:
         return None
     return max(0, resident - traced - tracer)
+
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def process_start(pid: int | str = "self") -> str | None:
+    """Which process ``pid`` is, over time: the boot's id and the process's
+    start time in clock ticks since boot (``/proc/PID/stat``'s 22nd field).
+    A pid is reused (the service is pid 1 in each container the kubelet
+    starts); this pair is not.  None when the process does not exist."""
+    from heapwatch import _core  # noqa: PLC0415 (as above)
+
+    try:
+        boot = _core.read_small_file(BOOT_ID).decode("ascii").strip()
+        stat = _core.read_small_file(f"/proc/{pid}/stat")
+        # The command name, in parentheses, may hold spaces and parentheses.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return f"{boot}:{int(fields[19])}"
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None

@@ -15,6 +15,7 @@ from heapwatch.cli.dump_input import (
     run_guarded,
 )
 from heapwatch.formats.report import min_age_note, top_report
+from heapwatch.server.black_box import black_box_note
 from heapwatch.tracemalloc.objects import Statistic
 from heapwatch.tracemalloc.raw import raw_statistics
 
@@ -29,6 +30,9 @@ def _top(options: argparse.Namespace) -> int:
     grouped = group(source, options.key_type, options.cumulative)
     stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
     notes = []
+    why = black_box_note(source.meta)
+    if why is not None:
+        notes.append(why)
     if options.min_age is not None and source.ages is not None:
         notes.append(min_age_note(options.min_age, source.ages, source.youngest))
     report = top_report(

@@ -11,6 +11,8 @@ takes the service's dump lock without waiting: a second one answers 429 with
 ``Retry-After``.  Parameters are checked strictly (400 naming the parameter
 and what it accepts); none of them names a file.
 
+``GET /debug/heapwatch/``           what is here: the routes, the black box, and the
+                                    one an earlier process left (text, or JSON)
 ``GET /debug/heapwatch/snapshot``   every live trace, in heapwatch's dump format
 ``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON);
                                     ``min_age=30m``: only live memory that old
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIFF_PATH",
+    "INDEX_PATH",
     "LEAKS_PATH",
     "PPROF_PATH",
     "SNAPSHOT_PATH",
@@ -82,6 +85,7 @@ __all__ = [
 
 log = logging.getLogger("heapwatch.debug")
 
+INDEX_PATH = "/debug/heapwatch/"
 SNAPSHOT_PATH = "/debug/heapwatch/snapshot"
 TOP_PATH = "/debug/heapwatch/top"
 DIFF_PATH = "/debug/heapwatch/diff"
@@ -414,6 +418,36 @@ class _Routes:
 
     # ---- the routes ---------------------------------------------------------
 
+    def index(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD", "GET") != "GET":
+            return _error(start_response, "405 Method Not Allowed", "only GET", [("Allow", "GET")])
+        try:
+            as_json = _as_json(_query(environ, ("format",)), environ)
+        except BadParameter as exc:
+            return _error(start_response, "400 Bad Request", str(exc))
+        agent = self.service.agent
+        readings = agent.readings() if agent is not None else None
+        previous = readings.previous_black_box if readings is not None else None
+        watcher = getattr(self.service, "black_box", None)
+        index = {
+            **_meta(),
+            "routes": {path: _ROUTE_HELP[path] for path in _ROUTE_HELP},
+            "black_box": None
+            if watcher is None
+            else {
+                "thresholds": [str(t) for t in self.service.config.dump_at],
+                "limit": watcher.limit,
+                "directory": self.service.config.dump_dir,
+                "written": list(watcher.written),
+            },
+            "previous_black_box": None if previous is None else previous._asdict(),
+        }
+        if as_json:
+            return _respond(
+                start_response, "200 OK", json.dumps(index).encode(), "application/json"
+            )
+        return _respond(start_response, "200 OK", _index_text(index).encode())
+
     def snapshot(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(_params: dict[str, str]) -> list[bytes]:
             snap = self._snapshot(traces=True)
@@ -532,10 +566,46 @@ class _Writer:
         return len(data)
 
 
+_ROUTE_HELP = {
+    INDEX_PATH: "this page",
+    SNAPSHOT_PATH: "every live trace, in heapwatch's dump format",
+    TOP_PATH: "top statistics (?key_type=, limit=, cumulative=, min_age=, format=json)",
+    DIFF_PATH: "top differences since the agent's last cycle",
+    LEAKS_PATH: "the agent's leak suspects, their memory and its ages",
+    PPROF_PATH: "live memory as a gzip pprof profile",
+}
+
+
+def _index_text(index: Mapping[str, Any]) -> str:
+    lines = [f"heapwatch agent, pid {index['pid']} on {index['hostname']}", "", "routes:"]
+    lines += [f"  {path:<28} {what}" for path, what in index["routes"].items()]
+    box = index["black_box"]
+    lines.append("")
+    if box is None:
+        lines.append("black box: off (it needs HEAPWATCH_DUMP_DIR, HEAPWATCH_DUMP_AT and a limit)")
+    else:
+        lines.append(
+            f"black box: on, at {','.join(box['thresholds'])} of the memory limit "
+            f"({box['limit'] / (1 << 20):.1f} MiB), into {box['directory']}"
+        )
+        lines += [f"  written: {path}" for path in box["written"]]
+    previous = index["previous_black_box"]
+    if previous is not None:
+        site = previous["site"]
+        where = f"{site[0]}:{site[1]}" if site else "no traced site"
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(previous["timestamp"]))
+        lines.append(
+            f"previous black box: {previous['path']}: pid {previous['pid']}, which did not exit "
+            f"cleanly, crossed {previous['threshold']} of the limit at {when}; top site {where}"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def add_routes(router: Routes, service: DumpService) -> None:
     """Adds the ``/debug/`` routes, protected, to ``router``."""
     routes = _Routes(service)
     apps: dict[str, WSGIApplication] = {
+        INDEX_PATH: routes.index,
         SNAPSHOT_PATH: routes.snapshot,
         TOP_PATH: routes.top,
         DIFF_PATH: routes.diff,

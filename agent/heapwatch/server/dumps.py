@@ -24,12 +24,14 @@ import operator
 import os
 import re
 import signal
+import stat
 import threading
 import time
 import weakref
-from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
+from collections.abc import Generator, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, Union
 
+from heapwatch import _core
 from heapwatch._version import __version__
 from heapwatch.agent.problems import ProblemLog
 from heapwatch.agent.procmem import ProcessMemory, read_process_memory, untraced
@@ -39,13 +41,14 @@ from heapwatch.agent.threads import start_thread
 if TYPE_CHECKING:
     from types import FrameType
 
-    from heapwatch import _core
     from heapwatch.agent.config import AgentConfig
     from heapwatch.agent.interface import AgentView
     from heapwatch.formats.dump import AgeClock, AgedTrace, DumpHeader, RawTrace
 
 __all__ = [
+    "BLACK_BOX_KIND",
     "DUMP_SUFFIX",
+    "DumpEntry",
     "DumpService",
     "DumpSource",
     "age_clock",
@@ -53,18 +56,28 @@ __all__ = [
     "dump_header",
     "dump_name",
     "iter_traces",
+    "list_dump_entries",
     "list_dumps",
+    "marker_path",
+    "one_line",
     "prune_dumps",
+    "tracer_memory",
     "write_dump_file",
+    "write_marker",
 ]
 
 log = logging.getLogger("heapwatch.dumps")
 problems = ProblemLog(log)
 
 DUMP_SUFFIX = ".hwdump"
-# heapwatch-<UTC time>-<pid>-<sequence>.hwdump: sorting by name sorts by time.
-# Retention deletes only files whose whole name matches this.
-_DUMP_NAME = re.compile(r"heapwatch-(\d{8}T\d{6}\.\d{6}Z)-(\d+)-(\d+)\.hwdump\Z")
+# What a black box's name carries after its sequence number: the next process
+# finds the evidence an OOM kill left without opening every dump.
+BLACK_BOX_KIND = "blackbox"
+# heapwatch-<UTC time>-<pid>-<sequence>[-blackbox].hwdump: sorting by name
+# sorts by time.  Retention deletes only files whose whole name matches this.
+_DUMP_NAME = re.compile(
+    r"heapwatch-(\d{8}T\d{6}\.\d{6}Z)-(\d+)-(\d+)(?:-(" + BLACK_BOX_KIND + r"))?\.hwdump\Z"
+)
 # Traces built into Python tuples at a time while a dump is written.
 _TRACE_BATCH = 1 << 16
 _AGE = operator.itemgetter(4)
@@ -78,7 +91,8 @@ class DumpSource(Protocol):
         raises RuntimeError when nothing is being traced."""
 
 
-def _tracer_memory() -> int:
+def tracer_memory() -> int:
+    """Bytes the tracer itself uses now."""
     return CoreSource().tracer_memory()
 
 
@@ -101,9 +115,10 @@ def dump_header(
     trigger: str,
     clock: Callable[[], float] = time.time,
     memory: Callable[[], ProcessMemory] = read_process_memory,
-    tracer_memory: Callable[[], int] = _tracer_memory,
+    tracer_memory: Callable[[], int] = tracer_memory,
     ages: AgeClock | None = None,
     leak_window: float | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> DumpHeader:
     """The dump header of a snapshot of this process, taken now, with the
     process's memory read now (``_memory_extra``) and, when its traces are
@@ -131,6 +146,7 @@ def dump_header(
             **_memory_extra(snap.traced, tracer_memory(), memory()),
             # The agent's, for ``heapwatch leaks`` to score as it did.
             **({} if leak_window is None else {"leak_window": f"{leak_window!r}s"}),
+            **(extra or {}),
         },
     )
 
@@ -204,12 +220,27 @@ def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeCl
     return AgeClock(snap.epoch, started, interval)
 
 
-def dump_name(timestamp: float, pid: int, sequence: int) -> str:
-    """The file name of a dump: ``heapwatch-<UTC time>-<pid>-<n>.hwdump``."""
+def dump_name(timestamp: float, pid: int, sequence: int, kind: str = "") -> str:
+    """The file name of a dump: ``heapwatch-<UTC time>-<pid>-<n>.hwdump``,
+    ``-<kind>`` before the suffix for a black box."""
     whole = int(timestamp)
     micros = min(999_999, round((timestamp - whole) * 1e6))
     when = time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole))
-    return f"heapwatch-{when}.{micros:06d}Z-{pid}-{sequence}{DUMP_SUFFIX}"
+    tail = f"-{kind}" if kind else ""
+    return f"heapwatch-{when}.{micros:06d}Z-{pid}-{sequence}{tail}{DUMP_SUFFIX}"
+
+
+def marker_path(directory: str, name: str, what: str) -> str:
+    """The hidden, empty file that says ``what`` of the dump ``name``
+    (``exited``: its process exited cleanly; ``reported``: a later process
+    reported it).  Retention deletes a dump's markers with it."""
+    return os.path.join(directory, f".{name}.{what}")
+
+
+def write_marker(directory: str, name: str, what: str) -> None:
+    """Creates the marker ``what`` of the dump ``name``; raises OSError."""
+    flags = os.O_WRONLY | os.O_CREAT
+    os.close(_core.open_file(marker_path(directory, name, what), flags, 0o600))
 
 
 def write_dump_file(
@@ -233,8 +264,9 @@ def write_dump_file(
     os.makedirs(directory, mode=0o700, exist_ok=True)
     final = os.path.join(directory, name)
     temporary = os.path.join(directory, f".{name}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(temporary, flags, 0o600)
+    # Through the core (csrc/descriptors.h): a black box is written unasked,
+    # and os.open() could take a number the service closed for a moment.
+    fd = _core.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as fp:
             write_dump(fp, header, traces)
@@ -247,7 +279,7 @@ def write_dump_file(
         raise
     # The rename itself survives a crash once the directory is synced.
     with contextlib.suppress(OSError):
-        dir_fd = os.open(directory, os.O_RDONLY)
+        dir_fd = _core.open_file(directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
@@ -263,63 +295,105 @@ def dump_dir_problem(directory: str) -> str:
     return ""
 
 
-def _reason(exc: BaseException) -> str:
+def _unwritable(directory: str) -> str:
+    """Why this process cannot write into ``directory`` (or create it), or ""."""
+    existing = directory
+    while not os.path.lexists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == directory:
+            return f"is not writable by this process (uid {os.getuid()})"
+        return f"does not exist and {existing}, where it would be created, is not writable"
+    return ""
+
+
+def one_line(exc: BaseException) -> str:
     """An error in one line: ``path: what`` for the OS's errors."""
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     return str(exc) or type(exc).__name__
 
 
-def list_dumps(directory: str) -> list[tuple[str, int]]:
-    """(name, size) of heapwatch's dumps in ``directory``, oldest first.
+class DumpEntry(NamedTuple):
+    """One of heapwatch's dumps in a directory."""
+
+    name: str
+    size: int
+    pid: int
+    black_box: bool
+
+
+def list_dump_entries(directory: str) -> list[DumpEntry]:
+    """heapwatch's dumps in ``directory``, oldest first.
 
     Only regular files named as heapwatch names its dumps count; temporary
-    files, other files and symbolic links are never listed."""
-    found: list[tuple[tuple[str, int, int], str, int]] = []
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            match = _DUMP_NAME.match(entry.name)
-            if match is None:
-                continue
-            try:
-                if not entry.is_file(follow_symlinks=False):
-                    continue
-                size = entry.stat(follow_symlinks=False).st_size
-            except OSError:  # deleted meanwhile (another process's retention)
-                continue
-            key = (match.group(1), int(match.group(2)), int(match.group(3)))
-            found.append((key, entry.name, size))
+    files, markers, other files and symbolic links are never listed."""
+    found: list[tuple[tuple[str, int, int], DumpEntry]] = []
+    # Listed by the core: os.scandir() would open the directory with the GIL
+    # released (csrc/descriptors.h), and the black box lists it unasked.
+    for name in _core.list_dir(directory):
+        match = _DUMP_NAME.match(name)
+        if match is None:
+            continue
+        try:
+            status = os.lstat(os.path.join(directory, name))
+        except OSError:  # deleted meanwhile (another process's retention)
+            continue
+        if not stat.S_ISREG(status.st_mode):
+            continue
+        pid = int(match.group(2))
+        key = (match.group(1), pid, int(match.group(3)))
+        found.append((key, DumpEntry(name, status.st_size, pid, match.group(4) is not None)))
     found.sort()
-    return [(name, size) for _key, name, size in found]
+    return [dump for _key, dump in found]
+
+
+def list_dumps(directory: str) -> list[tuple[str, int]]:
+    """(name, size) of heapwatch's dumps in ``directory``, oldest first."""
+    return [(dump.name, dump.size) for dump in list_dump_entries(directory)]
+
+
+# The markers a dump may have (``marker_path``): deleted with it.
+MARKERS = ("exited", "reported")
 
 
 def prune_dumps(directory: str, keep: int, max_bytes: int, protect: str | None = None) -> list[str]:
     """Deletes the oldest dumps until at most ``keep`` dumps (0: any number)
     of at most ``max_bytes`` bytes together (0: any size) remain; never
-    ``protect`` (the dump just written, kept even when it alone is too big).
-    Returns the names deleted.  A dump another process deleted first counts
-    as deleted; another failure is logged and that dump skipped."""
+    ``protect`` (the dump just written, kept even when it alone is too big),
+    nor the newest black box (the evidence of the last crossing of a memory
+    threshold outlives the dumps asked for since).  Returns the names
+    deleted.  A dump another process deleted first counts as deleted;
+    another failure is logged and that dump skipped."""
     if keep <= 0 and max_bytes <= 0:
         return []
-    dumps = list_dumps(directory)
+    dumps = list_dump_entries(directory)
     count = len(dumps)
-    total = sum(size for _name, size in dumps)
+    total = sum(dump.size for dump in dumps)
+    boxes = [dump.name for dump in dumps if dump.black_box]
+    kept = {protect, boxes[-1] if boxes else None}
     removed: list[str] = []
-    for name, size in dumps:
+    for dump in dumps:
         if not ((keep > 0 and count > keep) or (max_bytes > 0 and total > max_bytes)):
             break
-        if name == protect:
+        if dump.name in kept:
             continue
         try:
-            os.unlink(os.path.join(directory, name))
+            os.unlink(os.path.join(directory, dump.name))
         except FileNotFoundError:
             pass
         except OSError as exc:
-            log.warning("heapwatch could not delete the old dump %s: %s", name, exc)
+            log.warning("heapwatch could not delete the old dump %s: %s", dump.name, exc)
             continue
+        for what in MARKERS:
+            with contextlib.suppress(OSError):
+                os.unlink(marker_path(directory, dump.name, what))
         count -= 1
-        total -= size
-        removed.append(name)
+        total -= dump.size
+        removed.append(dump.name)
     return removed
 
 
@@ -387,9 +461,12 @@ class DumpService:
         self._agent = weakref.ref(agent)
         config = self.config
         if config.dump_dir is not None:
-            problem = dump_dir_problem(config.dump_dir)
+            # Said now, once, not first when a dump is needed (a black box
+            # is needed when it is too late to fix the directory).
+            problem = dump_dir_problem(config.dump_dir) or _unwritable(config.dump_dir)
             if problem:
-                log.warning(
+                problems.report(
+                    "dump-dir",
                     "HEAPWATCH_DUMP_DIR=%s %s: dumps will fail until it does",
                     config.dump_dir,
                     problem,
@@ -546,29 +623,48 @@ class DumpService:
                     f"dump-failed:{type(exc).__name__}:{getattr(exc, 'errno', '')}",
                     "heapwatch could not write a dump into %s: %s",
                     directory,
-                    _reason(exc),
+                    one_line(exc),
                     level=logging.ERROR,
                     exc_info=exc,
                 )
 
     # ---- dumps ---------------------------------------------------------------
 
-    def header_of(self, snap: _core.Snapshot, trigger: str) -> DumpHeader:
-        """The header of a dump of ``snap`` (taken with its traces) now: what
-        turns its ages into durations, and the agent's leak window."""
-        now = self.clock()
+    def header_of(
+        self,
+        snap: _core.Snapshot,
+        trigger: str,
+        now: float | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> DumpHeader:
+        """The header of a dump of ``snap`` (taken with its traces) at ``now``
+        (the clock's time by default): what turns its ages into durations,
+        the agent's leak window, and ``extra`` entries."""
+        when = self.clock() if now is None else now
         return dump_header(
             snap,
             trigger=trigger,
-            clock=lambda: now,
-            ages=age_clock(snap, now, self.agent),
+            clock=lambda: when,
+            ages=age_clock(snap, when, self.agent),
             leak_window=self.config.leak_window,
+            extra=extra,
         )
 
-    def dump_to_directory(self, trigger: str = "signal") -> str:
+    def dump_to_directory(
+        self,
+        trigger: str = "signal",
+        *,
+        kind: str = "",
+        prepare: Callable[[_core.Snapshot, str], Mapping[str, str]] | None = None,
+        batch: int = _TRACE_BATCH,
+    ) -> str:
         """Writes a dump of every live trace into ``dump_dir`` now (waiting
         for a dump in progress), applies the retention limits and returns the
-        dump's path.  Raises what failed; the service itself never does."""
+        dump's path.  ``kind`` goes into its name (``dump_name``);
+        ``prepare(snapshot, path)``, called before anything is written,
+        returns entries for its header; its traces are turned into Python
+        tuples ``batch`` at a time.  Raises what failed; the service itself
+        never does."""
         directory = self.config.dump_dir
         if directory is None:
             raise RuntimeError("no dump directory: set HEAPWATCH_DUMP_DIR")
@@ -576,11 +672,13 @@ class DumpService:
         with self.dump_lock:
             snap = self.source.snapshot(traces=True)
             ntraces = snap.ntraces
-            traces = iter_traces(snap)
+            traces = iter_traces(snap, batch)
             try:
-                header = self.header_of(snap, trigger)
+                now = self.clock()
                 self._sequence += 1
-                name = dump_name(header.timestamp, header.pid, self._sequence)
+                name = dump_name(now, os.getpid(), self._sequence, kind)
+                extra = prepare(snap, os.path.join(directory, name)) if prepare else None
+                header = self.header_of(snap, trigger, now, extra)
                 path = write_dump_file(directory, name, header, traces)
             finally:
                 # A dump that fails (a full disk, a read-only one) raises
