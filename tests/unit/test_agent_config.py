@@ -350,3 +350,60 @@ def test_nframe_is_bounded_by_the_cores_limit(caplog: pytest.LogCaptureFixture) 
         AgentConfig.from_env({"HEAPWATCH_NFRAME": str(highest + 1)})
     (record,) = caplog.records
     assert f"an integer from 1 to {highest}" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("90%,97%", (_config.Threshold(percent=90.0), _config.Threshold(percent=97.0))),
+        (" 80 % ", (_config.Threshold(percent=80.0),)),
+        ("99.5%, 1.5GiB", (_config.Threshold(percent=99.5), _config.Threshold(size=3 << 29))),
+        ("100%", (_config.Threshold(percent=100.0),)),
+        ("none", ()),
+        ("OFF", ()),
+    ],
+)
+def test_black_box_thresholds_are_percentages_or_sizes(
+    text: str, expected: tuple[Any, ...]
+) -> None:
+    assert _config.parse_dump_at(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("120%", "'120%' is above 100%"),
+        ("0%", "'0%' is not above 0%"),
+        ("-5%", "'-5%' is not above 0%"),
+        ("nan%", "'nan%' is not a number of percent"),
+        ("90%,lots", "'lots' is neither a percentage nor a size"),
+        (",", "like 90%,97%; or none"),
+    ],
+)
+def test_a_bad_threshold_is_named_in_the_error(text: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=f"dump_at={text!r} is invalid: expected .*{why}"):
+        AgentConfig().replace(dump_at=text)
+
+
+def test_black_box_settings_from_the_environment(caplog: pytest.LogCaptureFixture) -> None:
+    assert DEFAULTS.dump_at == _config.parse_dump_at(",".join(_config.DEFAULT_DUMP_AT))
+    assert DEFAULTS.termination_log == _config.TERMINATION_LOG_AUTO
+    config = AgentConfig.from_env(
+        {"HEAPWATCH_DUMP_AT": "none", "HEAPWATCH_TERMINATION_LOG": "/var/log/why"}
+    )
+    assert (config.dump_at, config.termination_log) == ((), "/var/log/why")
+    assert AgentConfig.from_env({"HEAPWATCH_TERMINATION_LOG": "none"}).termination_log is None
+    with caplog.at_level(logging.WARNING, "heapwatch.config"):
+        config = AgentConfig.from_env({"HEAPWATCH_DUMP_AT": "150%"})
+    assert config.dump_at == DEFAULTS.dump_at
+    assert "HEAPWATCH_DUMP_AT='150%' is invalid" in caplog.text
+    assert "'150%' is above 100%; using 90%,97%" in caplog.text
+
+
+def test_black_box_settings_round_trip_through_the_environment() -> None:
+    for config in (
+        AgentConfig().replace(dump_at="33.3%,2GiB", termination_log=None),
+        AgentConfig().replace(dump_at="none", termination_log="auto"),
+        AgentConfig().replace(dump_at=["95%"], termination_log="/tmp/t"),
+    ):
+        assert AgentConfig.from_env(to_environ(config)) == config

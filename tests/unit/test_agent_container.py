@@ -345,6 +345,27 @@ def test_hybrid_host_uses_v1_and_pressure_from_the_unified_hierarchy(tmp_path: P
     assert (memory.usage, memory.pressure_some, memory.pressure_full) == (10 * MIB, 1.5, 0.25)
 
 
+def test_hybrid_host_takes_no_host_wide_pressure_for_a_container(tmp_path: Path) -> None:
+    # As this machine: the v1 memory cgroup is a container's, the unified
+    # path the root, whose memory.pressure is the whole host's
+    files = {
+        "sys/fs/cgroup/memory/service/x/memory.usage_in_bytes": str(10 * MIB),
+        "sys/fs/cgroup/memory/memory.usage_in_bytes": str(90 * MIB),
+        "sys/fs/cgroup/unified/cgroup.controllers": "",
+        "sys/fs/cgroup/unified/memory.pressure": PSI,
+    }
+    mounts = [mount("/", "/sys/fs/cgroup/memory", "cgroup", "rw,memory"), HYBRID_UNIFIED]
+    root = lay_out(tmp_path / "container", "4:memory:/service/x\n0::/\n", mounts, files)
+    cgroup = find_memory_cgroup(root)
+    assert cgroup is not None
+    assert (cgroup.version, cgroup.pressure) == (1, None)
+    # A process in the root memory cgroup too: the host's pressure is its own
+    root = lay_out(tmp_path / "host", "4:memory:/\n0::/\n", mounts, files)
+    cgroup = find_memory_cgroup(root)
+    assert cgroup is not None
+    assert cgroup.pressure == f"{root}/sys/fs/cgroup/unified/memory.pressure"
+
+
 def test_combined_controllers_line_finds_memory(tmp_path: Path) -> None:
     root = lay_out(
         tmp_path,

@@ -438,7 +438,11 @@ def find_memory_cgroup(root: str = "/") -> MemoryCgroup | None:
         unified = _resolve(v2_path, v2_mounts)
     if v1_path is not None and v1_mounts:
         directory, mount_point = _resolve(v1_path, v1_mounts)
-        pressure = _file_or_none(unified[0], MEMORY_PRESSURE) if unified else None
+        pressure = None
+        # The unified root's pressure is the whole host's: the container's
+        # only when the process's memory cgroup is the root too.
+        if unified is not None and (unified[0] != unified[1] or directory == mount_point):
+            pressure = _file_or_none(unified[0], MEMORY_PRESSURE)
         return MemoryCgroup(1, directory, _ancestors(directory, mount_point), pressure)
     if unified is not None and _has_memory_controller(*unified):
         directory, mount_point = unified

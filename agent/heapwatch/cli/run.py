@@ -10,7 +10,13 @@ import shutil
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from heapwatch.agent.config import DEFAULT_NFRAME, AgentConfig, ConfigError, to_environ
+from heapwatch.agent.config import (
+    DEFAULT_DUMP_AT,
+    DEFAULT_NFRAME,
+    AgentConfig,
+    ConfigError,
+    to_environ,
+)
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -51,6 +57,18 @@ _RUN_OPTIONS = (
     ("dump_signal", "the signal that writes a dump, such as SIGUSR2 (the default), or none"),
     ("dump_keep", "dumps kept in --dump-dir, the oldest deleted (default 10; 0: no limit)"),
     ("dump_max_bytes", "bytes of dumps kept in --dump-dir, such as 1GiB (default 0: no limit)"),
+    (
+        "dump_at",
+        "the black box's thresholds: a dump into --dump-dir when the container's working set "
+        "crosses one, as percentages of its memory limit or sizes (default "
+        + ",".join(DEFAULT_DUMP_AT).replace("%", "%%")  # (argparse formats help with %)
+        + "), or none",
+    ),
+    (
+        "termination_log",
+        "where the black box's summary goes (default auto: /dev/termination-log when it exists "
+        "and is writable), or none",
+    ),
 )
 
 
