@@ -134,7 +134,31 @@ EXPECTED_UNITS = {
     "heapwatch.process.resident": "By",
     "heapwatch.untraced": "By",
     "heapwatch.native_heap": "By",
+    "heapwatch.black_box.dumps": "{dump}",
 }
+# The container's, by the ContainerMemory field each reads: the service runs
+# in the test's cgroup, so it publishes those this cgroup has.
+CONTAINER_UNITS = {
+    "limit": ("heapwatch.container.memory.limit", "By"),
+    "high": ("heapwatch.container.memory.high", "By"),
+    "usage": ("heapwatch.container.memory.usage", "By"),
+    "working_set": ("heapwatch.container.memory.working_set", "By"),
+    "oom_kills": ("heapwatch.container.oom_kills", "{kill}"),
+    "pressure_some": ("heapwatch.container.memory.pressure", "s"),
+}
+
+
+def expected_units() -> dict[str, str]:
+    from heapwatch.agent.container import find_memory_cgroup, read_container_memory
+
+    units = dict(EXPECTED_UNITS)
+    cgroup = find_memory_cgroup()
+    if cgroup is not None:
+        memory = read_container_memory(cgroup)._asdict()
+        units.update(
+            name_unit for field, name_unit in CONTAINER_UNITS.items() if memory[field] is not None
+        )
+    return units
 
 
 def otel_env(receiver: Receiver, **extra: str) -> dict[str, str]:
@@ -156,7 +180,7 @@ def check_received(receiver: Receiver, pid: int) -> None:
     assert resource["deployment.environment"] == "test"
     assert resource["process.pid"] == pid
     metrics = heapwatch_metrics(receiver.requests[-1][2])
-    assert {name: metric.unit for name, metric in metrics.items()} == EXPECTED_UNITS
+    assert {name: metric.unit for name, metric in metrics.items()} == expected_units()
     heap = {
         attributes(point.attributes)["state"]: point.as_int or point.as_double
         for point in metrics["heapwatch.native_heap"].gauge.data_points

@@ -35,6 +35,7 @@ from heapwatch.server.dumps import (
     list_dump_entries,
     marker_path,
     prune_dumps,
+    remove_stale_temporaries,
     write_dump_file,
 )
 
@@ -159,13 +160,13 @@ def test_a_crossing_writes_the_summary_then_a_black_box_that_says_why(
     assert (extra["top_site_file"], extra["top_site_line"]) == (__file__, str(line))
     assert extra["process_start"]
     assert black_box_note(extra) == (
-        "black box: written as the container's working set (93.0 MiB) crossed 90% of its "
+        "black box: written as the container's working set (93.0 MiB) crossed 90% of the "
         "memory limit (100.0 MiB)"
     )
     message = summary.read_text()
     assert f"{__file__}:{line}" in message
     assert f"dump: {path}" in message
-    assert "crossed 90% of the memory limit 100.0 MiB" in message
+    assert "crossed 90% of the memory limit (100.0 MiB)" in message
     assert [box.site for box in agent.written] == [(__file__, line)]
     # A second look at the same working set writes nothing more
     assert watcher.poll() is None
@@ -323,3 +324,103 @@ def test_retention_keeps_the_newest_black_box_and_deletes_markers(tmp_path: Path
     assert not os.path.exists(marker_path(str(tmp_path), Path(older_box).name, "reported"))
     assert os.path.exists(marker_path(str(tmp_path), Path(box).name, "reported"))
     assert read_dump(box).header.extra["trigger"] == TRIGGER
+
+
+def test_temporaries_a_killed_process_left_go_once_stale(tmp_path: Path) -> None:
+    stale = tmp_path / ".heapwatch-20261128T120000.000000Z-1-3-blackbox.hwdump.tmp"
+    fresh = tmp_path / ".heapwatch-20261128T120100.000000Z-1-4.hwdump.tmp"
+    other = tmp_path / ".mine.tmp"
+    for path in (stale, fresh, other):
+        path.write_bytes(b"partial")
+    now = 1_800_000_000.0
+    os.utime(stale, (now - 601, now - 601))
+    os.utime(fresh, (now - 5, now - 5))
+    os.utime(other, (now - 6000, now - 6000))
+    assert remove_stale_temporaries(str(tmp_path), now) == [stale.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([fresh.name, other.name])
+
+
+class _ViewOf(_Agent):
+    """An agent as the dump service sees it, in a cgroup of the test's."""
+
+    def __init__(self, cgroup: MemoryCgroup | None) -> None:
+        super().__init__()
+        from heapwatch.server.router import Router
+
+        self.router = Router()
+        self.cgroup = cgroup
+        self.retain_last_snapshot = False
+
+    def readings(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("settings", "cgroup_limit", "said"),
+    [
+        ({"dump_dir": None}, LIMIT, None),
+        ({"dump_at": "none"}, LIMIT, None),
+        ({}, None, "heapwatch's black box is off: no memory cgroup"),
+        ({}, 0, "heapwatch's black box is off: the container has no memory limit"),
+    ],
+)
+def test_the_black_box_is_off_without_a_directory_thresholds_or_a_limit(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    settings: dict[str, Any],
+    cgroup_limit: int | None,
+    said: str | None,
+) -> None:
+    from heapwatch.server.served_dumps import black_box_for
+
+    cgroup = None
+    if cgroup_limit is not None:
+        cgroup = _v1_cgroup(tmp_path / "cg", 0, 0, limit=cgroup_limit or (1 << 63) - 4096)
+    config = AgentConfig().replace(**{"dump_dir": str(tmp_path / "d"), **settings})
+    with caplog.at_level(logging.INFO, "heapwatch"):
+        assert black_box_for(DumpService(config), _ViewOf(cgroup)) is None  # type: ignore[arg-type]
+    assert [r.getMessage() for r in caplog.records] == ([said] if said else [])
+
+
+def test_a_size_beyond_the_limit_is_said_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from heapwatch.server.served_dumps import black_box_for
+
+    cgroup = _v1_cgroup(tmp_path / "cg", 0, 0)
+    config = AgentConfig().replace(dump_dir=str(tmp_path / "d"), dump_at="90%,1GiB")
+    with caplog.at_level(logging.WARNING, "heapwatch"):
+        watcher = black_box_for(DumpService(config), _ViewOf(cgroup))  # type: ignore[arg-type]
+    assert watcher is not None and watcher.limit == LIMIT
+    assert caplog.records[0].getMessage() == (
+        f"HEAPWATCH_DUMP_AT=90%,1073741824B: 1073741824B is above the container's memory "
+        f"limit ({LIMIT} bytes) and is never reached"
+    )
+
+
+def test_the_service_looks_back_once_and_a_forked_child_does_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from heapwatch.server.served_dumps import ServedDumpService
+
+    gone = "00000000-0000-0000-0000-000000000000:1"
+    first = _black_box_file(tmp_path, 1_700_000_000.0, 1, gone, "first.py")
+    config = AgentConfig().replace(dump_dir=str(tmp_path), dump_signal=None)
+    service = ServedDumpService(config)
+    agent = _ViewOf(None)
+    with caplog.at_level(logging.WARNING, "heapwatch"):
+        service.start(agent)  # type: ignore[arg-type]
+    assert [box.path for box in agent.found] == [first]
+    said = [r.getMessage() for r in caplog.records if "found the black box" in r.getMessage()]
+    assert said == [
+        "heapwatch found the black box of pid 1, which did not exit cleanly (an OOM kill?): "
+        "at 2023-11-14 22:13:20 UTC its working set crossed 97% of the memory limit "
+        "(100.0 MiB); "
+        f"top site first.py:7; {first}"
+    ]
+    # A box that appears later is not looked for by a forked child's start
+    _black_box_file(tmp_path, 1_700_000_100.0, 2, gone, "second.py")
+    service.after_fork_in_child()
+    service.start(agent)  # type: ignore[arg-type]
+    service.shutdown(1.0)
+    assert [box.path for box in agent.found] == [first]

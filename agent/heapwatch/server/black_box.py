@@ -63,10 +63,16 @@ from heapwatch.server.dumps import (
     list_dump_entries,
     marker_path,
     one_line,
+    remove_stale_temporaries,
     tracer_memory,
     write_marker,
 )
-from heapwatch.server.termination_log import Summary, termination_log_path, write_summary
+from heapwatch.server.termination_log import (
+    Summary,
+    crossing,
+    termination_log_path,
+    write_summary,
+)
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -180,11 +186,11 @@ def black_box_note(extra: Mapping[str, object]) -> str | None:
     box (``heapwatch top`` shows it); None for another dump."""
     if extra.get("trigger") != TRIGGER:
         return None
-    fields = {key: str(extra.get(key, "")) for key in ("working_set", "limit", "threshold")}
-    working_set, limit = _int(fields["working_set"]), _int(fields["limit"])
+    working_set = _int(str(extra.get("working_set", "")))
+    limit = _int(str(extra.get("limit", "")))
     return (
         f"black box: written as the container's working set ({working_set / (1 << 20):.1f} MiB) "
-        f"crossed {fields['threshold']} of its memory limit ({limit / (1 << 20):.1f} MiB)"
+        f"crossed {crossing(str(extra.get('threshold', '?')), limit)}"
     )
 
 
@@ -249,7 +255,9 @@ def find_previous_black_box(directory: str) -> BlackBox | None:
 
 def report_previous_black_box(directory: str, agent: AgentView | None) -> BlackBox | None:
     """Looks for the black box an earlier process left in ``directory``, logs
-    it in one line and tells ``agent``; returns it."""
+    it in one line and tells ``agent``; returns it.  Also deletes what
+    processes killed mid-dump left."""
+    remove_stale_temporaries(directory, time.time())
     box = find_previous_black_box(directory)
     if box is None:
         return None
@@ -257,10 +265,10 @@ def report_previous_black_box(directory: str, agent: AgentView | None) -> BlackB
     site = f"{box.site[0]}:{box.site[1]}" if box.site is not None else "no traced site"
     log.warning(
         "heapwatch found the black box of pid %d, which did not exit cleanly (an OOM kill?): "
-        "at %s its working set crossed %s of the memory limit; top site %s; %s",
+        "at %s its working set crossed %s; top site %s; %s",
         box.pid,
         when,
-        box.threshold,
+        crossing(box.threshold, box.limit),
         site,
         box.path,
     )
@@ -432,11 +440,9 @@ class BlackBoxWatcher:
         self.written.append(path)
         took = self._timer() - started
         log.warning(
-            "heapwatch: the working set (%.1f MiB) crossed %s of the memory limit (%.1f MiB): "
-            "black box written to %s in %.2fs%s",
+            "heapwatch: the working set (%.1f MiB) crossed %s: black box written to %s in %.2fs%s",
             working_set / (1 << 20),
-            threshold,
-            limit / (1 << 20),
+            crossing(str(threshold), limit),
             path,
             took,
             f", summary in {self._termination_log}" if any(summary_written) else "",

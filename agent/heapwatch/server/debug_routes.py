@@ -57,6 +57,7 @@ from heapwatch.formats.report import (
     top_report,
 )
 from heapwatch.server.dumps import DumpService, age_clock, iter_traces
+from heapwatch.server.termination_log import crossing
 from heapwatch.tracemalloc.grouping import group_counted
 from heapwatch.tracemalloc.objects import Statistic
 from heapwatch.tracemalloc.raw import raw_statistics
@@ -596,7 +597,8 @@ def _index_text(index: Mapping[str, Any]) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(previous["timestamp"]))
         lines.append(
             f"previous black box: {previous['path']}: pid {previous['pid']}, which did not exit "
-            f"cleanly, crossed {previous['threshold']} of the limit at {when}; top site {where}"
+            f"cleanly, crossed {crossing(previous['threshold'], previous['limit'])} at {when}; "
+            f"top site {where}"
         )
     return "\n".join(lines) + "\n"
 

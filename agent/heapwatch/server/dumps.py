@@ -61,6 +61,7 @@ __all__ = [
     "marker_path",
     "one_line",
     "prune_dumps",
+    "remove_stale_temporaries",
     "tracer_memory",
     "write_dump_file",
     "write_marker",
@@ -354,6 +355,37 @@ def list_dump_entries(directory: str) -> list[DumpEntry]:
 def list_dumps(directory: str) -> list[tuple[str, int]]:
     """(name, size) of heapwatch's dumps in ``directory``, oldest first."""
     return [(dump.name, dump.size) for dump in list_dump_entries(directory)]
+
+
+# A temporary file untouched this long is no dump in progress (a writer
+# touches it at every chunk) but one a killed process left.
+STALE_TEMPORARY_SECONDS = 600.0
+_TEMPORARY_NAME = re.compile(r"\.heapwatch-.*\.hwdump\.tmp\Z")
+
+
+def remove_stale_temporaries(
+    directory: str, now: float, older_than: float = STALE_TEMPORARY_SECONDS
+) -> list[str]:
+    """Deletes the hidden temporary files of dumps that processes killed
+    mid-write left in ``directory`` (an OOM kill during a black box), once
+    untouched for ``older_than`` seconds; returns their names."""
+    removed: list[str] = []
+    try:
+        names = _core.list_dir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        if _TEMPORARY_NAME.match(name) is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            status = os.lstat(path)
+            if stat.S_ISREG(status.st_mode) and now - status.st_mtime > older_than:
+                os.unlink(path)
+                removed.append(name)
+        except OSError:
+            continue
+    return removed
 
 
 # The markers a dump may have (``marker_path``): deleted with it.

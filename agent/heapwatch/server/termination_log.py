@@ -32,6 +32,7 @@ __all__ = [
     "FRESH_SECONDS",
     "MAX_MESSAGE_BYTES",
     "Summary",
+    "crossing",
     "format_summary",
     "termination_log_path",
     "write_summary",
@@ -71,6 +72,14 @@ def _mib(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
 
 
+def crossing(threshold: str, limit: int) -> str:
+    """What was crossed, in words: ``97% of the memory limit (200.0 MiB)``,
+    or for a size ``1024.0 MiB (the memory limit is 2048.0 MiB)``."""
+    if threshold.endswith("B") and threshold[:-1].isdigit():
+        return f"{_mib(int(threshold[:-1]))} (the memory limit is {_mib(limit)})"
+    return f"{threshold} of the memory limit ({_mib(limit)})"
+
+
 def _shortened(text: str, room: int) -> str:
     """``text`` within ``room`` characters, its start cut: a path's end names
     the file."""
@@ -87,8 +96,8 @@ def format_summary(summary: Summary, limit: int = MAX_MESSAGE_BYTES) -> bytes:
     untraced = "unknown" if summary.untraced is None else _mib(summary.untraced)
     estimate = " (estimates: sample mode)" if summary.mode == "sample" else ""
     head = [
-        f"heapwatch: working set {_mib(summary.working_set)} crossed {summary.threshold} of "
-        f"the memory limit {_mib(summary.limit)}{usage} at {when} in pid {summary.pid}",
+        f"heapwatch: working set {_mib(summary.working_set)}{usage} crossed "
+        f"{crossing(summary.threshold, summary.limit)} at {when} in pid {summary.pid}",
         f"traced {_mib(summary.traced)}, untraced {untraced}, heapwatch {_mib(summary.tracer)}"
         f"{estimate}",
         "top sites:",
