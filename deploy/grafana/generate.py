@@ -46,6 +46,11 @@ SITE_LABELS = "job, code_file_path, code_line_number"
 INSTANCE_SITE_LABELS = "job, instance, code_file_path, code_line_number"
 SITE_LEGEND = "{{code_file_path}}:{{code_line_number}}"
 TOP = 10
+# A container, as the container alerts of heapwatch-rules.yml name it: every
+# process of one reports the same container figures, so one series per
+# container.  host is the instance without its port (the machine, or the
+# pod), added by with_host.
+CONTAINER_LABELS = "job, service, namespace, pod, container, host"
 
 
 def traced_memory_queries() -> dict[str, str]:
@@ -67,6 +72,49 @@ def untraced_memory_queries() -> dict[str, str]:
         "traced": f"heapwatch_traced_bytes{{{SELECTOR}}}",
         "untraced": f"heapwatch_untraced_bytes{{{SELECTOR}}}",
         "C heap {{state}}": f"heapwatch_native_heap_bytes{{{SELECTOR}}}",
+    }
+
+
+def indented(expr: str) -> str:
+    return expr.replace("\n", "\n  ")
+
+
+def with_host(expr: str) -> str:
+    """``expr`` with a host label: its instance without the port."""
+    return f'label_replace(\n  {indented(expr)},\n  "host", "$1", "instance", "(.*):[0-9]+"\n)'
+
+
+def container_memory_query() -> str:
+    """The working set, usage and limit of each container, one series each,
+    told apart by a figure label.  One query, not three: where the cgroup has
+    no limit its series is simply missing."""
+    figures = {
+        "working set": "heapwatch_container_memory_working_set_bytes",
+        "usage": "heapwatch_container_memory_usage_bytes",
+        "limit": "heapwatch_container_memory_limit_bytes",
+    }
+    each = "\nor ".join(
+        f'label_replace({metric}{{{SELECTOR}}}, "figure", "{name}", "", "")'
+        for name, metric in figures.items()
+    )
+    return f"max by ({CONTAINER_LABELS}, figure) (\n  {indented(with_host(each))}\n)"
+
+
+def container_events_queries() -> dict[str, str]:
+    """OOM kills and black boxes over the time range."""
+    kills = with_host(f"increase(heapwatch_container_oom_kills_total{{{SELECTOR}}}[$__range])")
+    return {
+        # Every process of a container counts its kills: one count per container.
+        "OOM kills": f"sum(max by ({CONTAINER_LABELS}) (\n  {indented(kills)}\n))",
+        "black boxes written": (
+            f"sum(increase(heapwatch_black_box_dumps_total{{{SELECTOR}}}[$__range]))"
+        ),
+        # None found is the usual case, and a count of nothing is no data.
+        "black boxes found": (
+            "count(count by (job, dump) (last_over_time("
+            f"heapwatch_previous_black_box_timestamp_seconds{{{SELECTOR}}}[$__range]"
+            "))) or vector(0)"
+        ),
     }
 
 
@@ -300,6 +348,57 @@ def untraced_memory_panel() -> timeseries.Panel:
     )
 
 
+def container_memory_panel() -> timeseries.Panel:
+    return (
+        lines(timeseries.Panel())
+        .title("Container memory against its limit")
+        .description(
+            "The memory of each container (or a host's service cgroup), as the "
+            "kernel counts it: usage, the working set (usage less the inactive "
+            "page cache, what the kubelet and kubectl top show) and the limit, "
+            "where there is one. The kernel's OOM killer acts when the working "
+            "set reaches the limit; HeapwatchNearMemoryLimit fires above 90% of "
+            "it, and heapwatch writes its black boxes at HEAPWATCH_DUMP_AT (90% "
+            "and 97% by default). The processes of a container report the same "
+            "figures: one line each per container."
+        )
+        .datasource(DATASOURCE)
+        .with_target(query(container_memory_query(), "{{figure}} {{host}}", "A"))
+        .fill_opacity(0)
+        .unit("bytes")
+        .min(0)
+        .height(9)
+        .span(16)
+    )
+
+
+def container_events_panel() -> stat.Panel:
+    panel = (
+        stat.Panel()
+        .title("OOM kills and black boxes")
+        .description(
+            "Over the time range: processes the kernel's OOM killer killed in "
+            "containers that lived on (a container killed as a whole starts "
+            "again with a new count); black boxes the processes wrote as the "
+            "working set crossed HEAPWATCH_DUMP_AT; and black boxes of killed "
+            "processes that their successors found (HeapwatchPreviousBlackBox: "
+            "the alert names the dump and its top site)."
+        )
+        .datasource(DATASOURCE)
+        .decimals(0)
+        .thresholds(thresholds((0, "green"), (1, "red")))
+        .color_mode(common.BigValueColorMode.VALUE)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .text_mode(common.BigValueTextMode.VALUE_AND_NAME)
+        .reduce_options(last_value())
+        .height(9)
+        .span(8)
+    )
+    for ref_id, (name, expr) in zip("ABC", container_events_queries().items()):
+        panel = panel.with_target(instant(expr, name, ref_id))
+    return panel
+
+
 def top_sites_panel() -> bargauge.Panel:
     return (
         bargauge.Panel()
@@ -523,7 +622,8 @@ def build() -> dashboard_builders.Dashboard:
         .uid(UID)
         .description(
             "Python heap of services running the heapwatch agent: traced memory, "
-            "the memory it cannot attribute, top and growing allocation sites, "
+            "the memory it cannot attribute, the container's memory against its "
+            "limit, top and growing allocation sites, "
             "leak suspects, what made each peak, and the tracer's cost."
         )
         .tags(["heapwatch", "python", "memory"])
@@ -538,6 +638,8 @@ def build() -> dashboard_builders.Dashboard:
         *stat_panels(),
         traced_memory_panel(),
         untraced_memory_panel(),
+        container_memory_panel(),
+        container_events_panel(),
         top_sites_panel(),
         fastest_growing_panel(),
         leak_suspects_panel(),

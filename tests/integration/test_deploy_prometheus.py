@@ -29,7 +29,13 @@ ALERTS = {
     "HeapwatchTracerMemoryHigh",
     "HeapwatchAgentDown",
     "HeapwatchAgentStalled",
+    "HeapwatchNearMemoryLimit",
+    "HeapwatchMemoryLimitWithinHour",
+    "HeapwatchOOMKill",
+    "HeapwatchPreviousBlackBox",
 }
+# The container alerts: one per container, whatever its number of processes.
+CONTAINER_LABELS = "job, service, namespace, pod, container, host"
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -85,7 +91,8 @@ def test_check_kubernetes_config(tmp_path: Path) -> None:
 def test_check_rules() -> None:
     result = promtool("check", "rules", str(RULES), str(LIMITS))
     assert_ok(result)
-    assert "SUCCESS: 6 rules found" in result.stdout
+    # The traced limit, the containers' working set and limit, nine alerts.
+    assert "SUCCESS: 12 rules found" in result.stdout
     assert "SUCCESS: 1 rules found" in result.stdout
 
 
@@ -134,6 +141,38 @@ MUTATIONS = {
         r"max by \(job\) \(heapwatch:traced_limit_bytes:override\)",
         "vector(0) == 1",
     ),
+    "no container limit for traced memory": (
+        r"max by \(job, instance\) \(heapwatch_container_memory_limit_bytes\)",
+        "vector(0) == 1",
+    ),
+    "container near-limit threshold lowered": (
+        r"0\.9 \* heapwatch:container_memory_limit_bytes:max",
+        "0.85 * heapwatch:container_memory_limit_bytes:max",
+    ),
+    "container near limit not held": (
+        r"(0\.9 \* heapwatch:container_memory_limit_bytes:max\n\s+for:) 5m",
+        r"\1 1m",
+    ),
+    "every process a container": (
+        rf"max by \({CONTAINER_LABELS}\)",
+        f"max by ({CONTAINER_LABELS}, instance)",
+    ),
+    "prediction further ahead": (r":max\[15m\], 3600\)", ":max[15m], 7200)"),
+    "prediction over a longer range": (r":max\[15m\]", ":max[1h]"),
+    "prediction not held": (
+        r"(\n\s+heapwatch:container_memory_limit_bytes:max\n\s+for:) 20m",
+        r"\1 5m",
+    ),
+    "OOM kills counted, not their increase": (
+        r"increase\((heapwatch_container_oom_kills_total)\[10m\]\)",
+        r"\1",
+    ),
+    "OOM kill remembered longer": (r"oom_kills_total\[10m\]", "oom_kills_total[1h]"),
+    "black box kept firing": (
+        r"black_box_timestamp_seconds offset 1h",
+        "black_box_timestamp_seconds offset 10h",
+    ),
+    "black box per process": (r"host,\n(\s+)dump,", r"host, instance,\n\1dump,"),
     "tracer floor gone": (r"> 67108864", "> 0"),
     "down without history": (r"max_over_time\(heapwatch_info\[1h\]\)", "up"),
     "stall threshold": (r"> 300", "> 1000"),

@@ -124,6 +124,54 @@ def test_deployment_env_and_ports() -> None:
     assert spec["metadata"]["annotations"]["heapwatch.io/scrape"] == "true"
 
 
+def kubernetes_quantity(text: str) -> int:
+    """Bytes from a Kubernetes quantity with a binary suffix (1Gi, 512Mi)."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)", text)
+    assert match, text
+    return int(match[1]) * units[match[2]]
+
+
+def test_deployment_keeps_the_evidence_of_an_oom_kill() -> None:
+    """The termination message where heapwatch writes its summary, a memory
+    limit, and the black boxes on an emptyDir that outlives the container."""
+    pod = deployment()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = env_of(container)
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert kubernetes_quantity(container["resources"]["limits"]["memory"]) > 0
+    # Left to their defaults: the thresholds, and the termination log, which
+    # is terminationMessagePath.
+    assert "HEAPWATCH_DUMP_AT" not in env
+    assert "HEAPWATCH_TERMINATION_LOG" not in env
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [
+        m
+        for m in container["volumeMounts"]
+        if Path(env["HEAPWATCH_DUMP_DIR"]).is_relative_to(m["mountPath"])
+    ]
+    assert not mount.get("readOnly")
+    dumps = volumes[mount["name"]]["emptyDir"]
+    # A tmpfs would count against the memory limit the dumps are about.
+    assert dumps.get("medium", "") != "Memory"
+    # The kubelet evicts a pod whose emptyDir outgrows sizeLimit: the dumps
+    # kept, and one being written, stay within it.
+    config = pytest.importorskip("heapwatch.agent.config")
+    kept = config.AgentConfig.from_env(env).dump_max_bytes
+    assert 0 < 2 * kept <= kubernetes_quantity(dumps["sizeLimit"])
+
+
+def test_deployment_comments_show_the_default_thresholds() -> None:
+    """The commented HEAPWATCH_DUMP_AT is the agent's default, and parses."""
+    config = pytest.importorskip("heapwatch.agent.config")
+    text = (DEPLOY / "kubernetes" / "deployment.yaml").read_text(encoding="utf-8")
+    (example,) = re.findall(r"#\s+- name: HEAPWATCH_DUMP_AT\n\s+#\s+value: (\S+)", text)
+    assert config.parse_dump_at(example) == config.parse_dump_at(",".join(config.DEFAULT_DUMP_AT))
+    assert config.DEFAULTS.termination_log == config.TERMINATION_LOG_AUTO
+    assert config.TERMINATION_LOG_DEFAULT == "/dev/termination-log"
+
+
 def test_kubernetes_scrape_job_keeps_the_declared_ports() -> None:
     config = load(DEPLOY / "kubernetes" / "prometheus-scrape.yml")
     (job,) = config["scrape_configs"]
@@ -152,6 +200,46 @@ def test_servicemonitor_scrapes_every_port_of_the_range() -> None:
     assert selector.items() <= service["metadata"]["labels"].items()
     pod_labels = deployment()["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+# ---- The container rules ---------------------------------------------------------
+
+
+def container_labels() -> list[set[str]]:
+    """The label sets heapwatch-rules.yml aggregates the processes of a
+    container by (those with the host it derives from the instance)."""
+    text = (DEPLOY / "prometheus" / "heapwatch-rules.yml").read_text(encoding="utf-8")
+    grouped = re.findall(r"max by \(([^)]*)\)", text)
+    sets = [{label.strip() for label in group.split(",")} for group in grouped]
+    with_host = [labels for labels in sets if "host" in labels]
+    assert with_host
+    # Every one of them derives host the same way.
+    derived = text.count('"host", "$1", "instance", "(.*):[0-9]+"')
+    assert derived == text.count('"host", "$1", "instance"') >= len(with_host)
+    return with_host
+
+
+def test_container_rules_group_by_what_tells_containers_apart() -> None:
+    """Each label a scrape configuration here gives every port of a container
+    alike is kept (the alerts name the container, and route by them); none
+    that differs between its ports is (gunicorn's processes would alert
+    once each)."""
+    sets = container_labels()
+    container = min(sets, key=len)
+    assert all(container <= labels for labels in sets)
+    # Kubernetes pod discovery: every target label but the instance.
+    (job,) = load(DEPLOY / "kubernetes" / "prometheus-scrape.yml")["scrape_configs"]
+    set_by_k8s = {r["target_label"] for r in job["relabel_configs"] if "target_label" in r}
+    set_by_k8s = {label for label in set_by_k8s if not label.startswith("__")}
+    assert set_by_k8s - {"instance"} <= container
+    # Hosts: the static labels.
+    (job,) = load(DEPLOY / "prometheus" / "prometheus.yml")["scrape_configs"]
+    static = {label for group in job["static_configs"] for label in group.get("labels", {})}
+    assert static and static <= container
+    # The Prometheus Operator sets namespace, service, pod, container (and
+    # endpoint, the port's name, which differs between the processes).
+    assert {"namespace", "service", "pod", "container"} <= container
+    assert not container & {"instance", "endpoint"}
 
 
 # ---- Compose ---------------------------------------------------------------------

@@ -20,6 +20,7 @@ from repo_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "deploy" / "grafana"
+RULES = REPO / "deploy" / "prometheus" / "heapwatch-rules.yml"
 DASHBOARD = GRAFANA / "dashboard.json"
 GENERATOR = GRAFANA / "generate.py"
 # Grafana's schemas are data kept beside the repository (see its README):
@@ -50,6 +51,14 @@ CATALOGUE = {
     "heapwatch_process_resident_bytes",
     "heapwatch_untraced_bytes",
     "heapwatch_native_heap_bytes",
+    "heapwatch_container_memory_limit_bytes",
+    "heapwatch_container_memory_high_bytes",
+    "heapwatch_container_memory_usage_bytes",
+    "heapwatch_container_memory_working_set_bytes",
+    "heapwatch_container_oom_kills_total",
+    "heapwatch_container_memory_pressure_seconds_total",
+    "heapwatch_black_box_dumps_total",
+    "heapwatch_previous_black_box_timestamp_seconds",
     "process_resident_memory_bytes",
 }
 METRIC = re.compile(r"\b((?:heapwatch|process)_[a-z_]+)\b")
@@ -217,6 +226,82 @@ def test_required_panels(dashboard: dict[str, Any]) -> None:
     panel_with("heapwatch_cycle_duration_seconds")
     assert kinds[panel_with("heapwatch_info")] == "stat"
     assert kinds[panel_with("heapwatch_sample_interval_bytes{")] == "stat"
+    container = panel_with(
+        "heapwatch_container_memory_working_set_bytes",
+        "heapwatch_container_memory_usage_bytes",
+        "heapwatch_container_memory_limit_bytes",
+    )
+    assert (container, kinds[container]) == ("Container memory against its limit", "timeseries")
+    events = panel_with(
+        "heapwatch_container_oom_kills_total",
+        "heapwatch_black_box_dumps_total",
+        "heapwatch_previous_black_box_timestamp_seconds",
+    )
+    assert (events, kinds[events]) == ("OOM kills and black boxes", "stat")
+
+
+def panel_titled(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    (panel,) = [p for p in panels(dashboard) if p["title"] == title]
+    return panel
+
+
+def rules_container_labels() -> set[str]:
+    """The labels the container alerts of heapwatch-rules.yml group by."""
+    grouped = re.findall(r"max by \(([^)]*\bhost\b[^)]*)\)", RULES.read_text(encoding="utf-8"))
+    assert grouped
+    sets = {frozenset(label.strip() for label in group.split(",")) for group in grouped}
+    # The black-box alert adds the dump's own labels to the container's.
+    container = min(sets, key=len)
+    assert all(container <= labels for labels in sets), sets
+    return set(container)
+
+
+def test_container_memory_panel_has_one_line_per_container_and_figure(
+    dashboard: dict[str, Any],
+) -> None:
+    """Working set, usage and limit, as the container alerts see them: one
+    series per container (its processes report the same figures), by the
+    labels the alerts group by, and a figure label naming each."""
+    panel = panel_titled(dashboard, "Container memory against its limit")
+    (target,) = panel["targets"]
+    expr = target["expr"]
+    labels = rules_container_labels()
+    grouped = re.match(r"max by \(([^)]*)\) \(", expr)
+    assert grouped, expr
+    assert {label.strip() for label in grouped.group(1).split(",")} == labels | {"figure"}
+    assert '"host", "$1", "instance", "(.*):[0-9]+"' in expr
+    figures = dict(
+        re.findall(r'(heapwatch_container_memory_\w+)\{[^}]*\}, "figure", "([^"]+)"', expr)
+    )
+    assert figures == {
+        "heapwatch_container_memory_working_set_bytes": "working set",
+        "heapwatch_container_memory_usage_bytes": "usage",
+        "heapwatch_container_memory_limit_bytes": "limit",
+    }
+    assert "{{figure}}" in target["legendFormat"]
+    defaults = panel["fieldConfig"]["defaults"]
+    assert defaults["unit"] == "bytes"
+    # Lines, not areas: the limit is a line above the other two.
+    assert defaults["custom"]["fillOpacity"] == 0
+
+
+def test_oom_kills_and_black_boxes_stat(dashboard: dict[str, Any]) -> None:
+    panel = panel_titled(dashboard, "OOM kills and black boxes")
+    by_legend = {t["legendFormat"]: t["expr"] for t in panel["targets"]}
+    assert set(by_legend) == {"OOM kills", "black boxes written", "black boxes found"}
+    kills = by_legend["OOM kills"]
+    # Counted once per container, not once per process that saw the kill.
+    container = ", ".join(sorted(rules_container_labels()))
+    grouped = re.search(r"sum\(max by \(([^)]*)\)", kills)
+    assert grouped, kills
+    assert ", ".join(sorted(label.strip() for label in grouped.group(1).split(","))) == container
+    assert "increase(heapwatch_container_oom_kills_total{" in kills and "[$__range]" in kills
+    assert by_legend["black boxes written"].startswith(
+        "sum(increase(heapwatch_black_box_dumps_total{"
+    )
+    found = by_legend["black boxes found"]
+    assert "count by (job, dump)" in found and found.endswith(" or vector(0)")
+    assert panel["fieldConfig"]["defaults"]["decimals"] == 0
 
 
 def test_leak_suspects_table_joins_score_and_rate(dashboard: dict[str, Any]) -> None:
