@@ -5,19 +5,24 @@ endpoint reachable beyond loopback."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _deploy_support import free_port, get_text, source_pythonpath, stop_process
 
 from agent_process import free_ports, run_script
 from heapwatch.server import http as _server
 from heapwatch.server.http import Server
 from heapwatch.server.router import Router
+from waiting import wait_for
 
 
 @pytest.fixture
@@ -141,3 +146,57 @@ def test_an_unreachable_collector_is_a_line_per_problem_not_tracebacks(tmp_path:
     assert all(line.startswith("heapwatch") for line in lines), lines
     shapes = [re.sub(r"[\d.]+", "N", line) for line in lines]
     assert len(shapes) == len(set(shapes)), lines
+
+
+GUNICORN_APP = """
+def application(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok\\n"]
+"""
+
+
+def test_gunicorns_own_signal_is_said_once_by_name(tmp_path: Path) -> None:
+    # Given gunicorn started as users start it, whose master takes SIGUSR2
+    # after the agent has (and whose workers re-arm as they start)
+    pytest.importorskip("gunicorn")
+    (tmp_path / "wsgi_app.py").write_text(GUNICORN_APP)
+    env = dict(os.environ)
+    source_pythonpath(env, str(tmp_path))
+    port = free_port()
+    env.update(
+        HEAPWATCH_ENABLED="1",
+        HEAPWATCH_PORT=str(free_ports(8)),
+        HEAPWATCH_DUMP_DIR=str(tmp_path / "dumps"),
+        XDG_RUNTIME_DIR=str(tmp_path),
+    )
+    log = tmp_path / "gunicorn.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-w",
+                "3",
+                "-b",
+                f"127.0.0.1:{port}",
+                "wsgi_app:application",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+        )
+    try:
+        wait_for(lambda: log.read_text().count("Booting worker") == 3, what=log.read_text)
+        wait_for(lambda: get_text(f"http://127.0.0.1:{port}/") == "ok\n")
+        time.sleep(1.0)  # the workers' agents have started
+    finally:
+        stop_process(proc, timeout=30)
+    # Then the line is there once, naming the handler, not its address
+    said = [line for line in log.read_text().splitlines() if "does not handle SIGUSR2" in line]
+    assert said == [
+        "heapwatch does not handle SIGUSR2: the application handles it already "
+        "(gunicorn.arbiter.Arbiter.signal); choose a free signal with "
+        "HEAPWATCH_DUMP_SIGNAL, or none"
+    ], log.read_text()

@@ -11,19 +11,29 @@ import os
 import weakref
 from typing import Callable
 
-__all__ = ["call_in_forked_child"]
+__all__ = ["call_before_fork", "call_in_forked_child"]
+
+
+def _weakly(method: Callable[[], object]) -> Callable[[], None]:
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    return call
 
 
 def call_in_forked_child(method: Callable[[], object]) -> None:
     """Calls the bound ``method`` in every forked child (an after_in_child
     hook, run in registration order), for as long as its object lives."""
-    if not hasattr(os, "register_at_fork"):
-        return
-    ref = weakref.WeakMethod(method)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_weakly(method))
 
-    def after_in_child() -> None:
-        bound = ref()
-        if bound is not None:
-            bound()
 
-    os.register_at_fork(after_in_child=after_in_child)
+def call_before_fork(method: Callable[[], object]) -> None:
+    """Calls the bound ``method`` in the parent before every fork (a before
+    hook), for as long as its object lives."""
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_weakly(method))

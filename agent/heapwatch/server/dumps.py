@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, Union
 
 from heapwatch import _core
 from heapwatch._version import __version__
+from heapwatch.agent.forks import call_before_fork
 from heapwatch.agent.problems import ProblemLog
 from heapwatch.agent.procmem import ProcessMemory, read_process_memory, untraced
 from heapwatch.agent.source import CoreSource
@@ -296,6 +297,15 @@ def dump_dir_problem(directory: str) -> str:
     return ""
 
 
+def _handler_name(handler: object) -> str:
+    """A signal handler as a reader knows it: ``Arbiter.signal``, ``SIG_IGN``."""
+    if isinstance(handler, signal.Handlers):
+        return handler.name
+    name = getattr(handler, "__qualname__", None) or type(handler).__qualname__
+    module = getattr(handler, "__module__", None)
+    return f"{module}.{name}" if module else str(name)
+
+
 def _unwritable(directory: str) -> str:
     """Why this process cannot write into ``directory`` (or create it), or ""."""
     existing = directory
@@ -464,6 +474,11 @@ class DumpService:
         self._armed_pid = 0
         self._sequence = 0
         self._agent: weakref.ref[AgentView] | None = None
+        # Whether the line saying the application took the signal was said,
+        # here or in the parent: gunicorn's workers each re-arm, and each
+        # would say it again.
+        self._said_taken = False
+        self._fork_hook = False
         self._init_state()
 
     def _init_state(self) -> None:
@@ -557,13 +572,7 @@ class DumpService:
             # own, not the application's.
             current = stale._previous_handler
         elif current not in ((signal.SIG_DFL, signal.SIG_IGN) if asked else (signal.SIG_DFL,)):
-            log.log(
-                level,
-                "heapwatch does not handle %s: the application handles it already (%r); "
-                "choose a free signal with HEAPWATCH_DUMP_SIGNAL, or none",
-                name,
-                current,
-            )
+            self._say_taken(level, name, current)
             return
         try:
             signal.signal(signum, self._handler)
@@ -578,6 +587,9 @@ class DumpService:
         self._signum = signum
         self._previous_handler = current
         self._armed_pid = os.getpid()
+        if not self._fork_hook:
+            self._fork_hook = True
+            call_before_fork(self._before_fork)
         if asked:
             log.info(
                 "heapwatch writes a dump into %s on %s (kill -%s %d)",
@@ -591,6 +603,33 @@ class DumpService:
                 "heapwatch handles %s: it writes no dump until HEAPWATCH_DUMP_DIR is set",
                 name,
             )
+
+    def _say_taken(self, level: int, name: str, current: object) -> None:
+        """Says once, in this process and the children it forks after, that
+        the application handles the signal (naming its handler, not its
+        repr: an address says nothing and differs in every process)."""
+        if self._said_taken:
+            level = logging.DEBUG
+        self._said_taken = True
+        log.log(
+            level,
+            "heapwatch does not handle %s: the application handles it already (%s); "
+            "choose a free signal with HEAPWATCH_DUMP_SIGNAL, or none",
+            name,
+            _handler_name(current),
+        )
+
+    def _before_fork(self) -> None:
+        # A handler installed after ours took the signal (gunicorn's master
+        # installs its own once the agent has started): said here, once,
+        # rather than by every worker as it re-arms.
+        signum = self._signum
+        if signum is None or self._armed_pid != os.getpid() or self._said_taken:
+            return
+        current = signal.getsignal(signum)
+        if current is not self._handler:
+            level = logging.WARNING if self.config.dump_dir is not None else logging.DEBUG
+            self._say_taken(level, signal.Signals(signum).name, current)
 
     def _disarm(self) -> bool:
         """Puts the previous handler back; False when ours may still run."""
