@@ -21,3 +21,18 @@ def test_the_idiom_hides_the_tracers_own_snapshot_objects(tm: ModuleType) -> Non
     tracer_dir = tm.__file__.rsplit("/", 1)[0] if "heapwatch" in tm.__name__ else tm.__file__
     shown = [str(d) for d in diffs if d.traceback[0].filename.startswith(tracer_dir)]
     assert shown == []
+
+
+def test_a_snapshot_holds_nothing_the_tracer_allocated_to_take_it(tm: ModuleType) -> None:
+    # Given the documentation's "top 10" example
+    tm.start()
+    data = [str(i) * 10 for i in range(1000)]
+    snapshot = tm.take_snapshot()
+    tm.stop()
+    # Then no statistic is the tracer's own (the stdlib's take_snapshot
+    # allocates nothing that lives before its traces are copied)
+    tracer_dir = tm.__file__.rsplit("/", 1)[0] if "heapwatch" in tm.__name__ else tm.__file__
+    stats = snapshot.statistics("lineno")
+    assert data
+    own = [str(s) for s in stats if s.traceback[0].filename.startswith(tracer_dir)]
+    assert own == []

@@ -167,7 +167,14 @@ def take_snapshot() -> Snapshot:
         # at call time; someone replaced one of them (a test double, say):
         # build it from theirs, as the stdlib would.
         return Snapshot(_get_traces(), get_traceback_limit())
-    return snapshot_of_core(_core.take_snapshot(traces=True))
+    # The call's own objects (its keyword arguments) would be alive, traced,
+    # as the traces are copied: the stdlib's snapshot holds nothing of its own.
+    previous = _core.set_thread_traced(False)
+    try:
+        snap = _core.take_snapshot(traces=True)
+    finally:
+        _core.set_thread_traced(previous)
+    return snapshot_of_core(snap)
 
 
 def get_mode() -> Mode:
