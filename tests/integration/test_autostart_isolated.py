@@ -4,6 +4,7 @@ stdlib tracer has it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import textwrap
 from pathlib import Path
@@ -122,3 +123,56 @@ def test_a_subinterpreter_starts_no_agent_of_its_own(tmp_path: Path) -> None:
     # Then the process's one agent is the main interpreter's, and nothing is said
     assert done.stdout.splitlines() == ["sub False 1", "main 2"], done.stdout + done.stderr
     assert done.stderr == ""
+
+
+SPAWNING_SERVICE = textwrap.dedent(
+    """\
+    import json, multiprocessing, os, sys, time
+
+    def work(_):
+        return os.getpid()
+
+    if __name__ == "__main__":
+        context = multiprocessing.get_context("spawn")
+        lock = context.Lock()  # a named semaphore: the resource tracker starts
+        with context.Pool(2) as pool:
+            workers = set(pool.map(work, range(8)))
+            time.sleep(0.5)
+            children = {}
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as listed:
+                    for pid in listed.read().split():
+                        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                            words = cmdline.read().decode(errors="replace")
+                        with open(f"/proc/{pid}/maps") as maps:
+                            loaded = "heapwatch/_core" in maps.read()
+                        children[pid] = ("resource_tracker" in words, int(pid) in workers, loaded)
+            print(json.dumps(children))
+    """
+)
+
+
+def test_multiprocessings_resource_tracker_gets_no_agent_its_workers_do(
+    tmp_path: Path,
+) -> None:
+    # Given a service whose spawned workers and resource tracker start with
+    # HEAPWATCH_ENABLED=1, as uvicorn --workers starts them
+    python = installed_python()
+    script = tmp_path / "service.py"
+    script.write_text(SPAWNING_SERVICE)
+    done = subprocess.run(
+        [python, str(script)],
+        env=clean_env(HEAPWATCH_ENABLED="1", HEAPWATCH_EXPORTERS="none"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    children = json.loads(done.stdout)
+    trackers = [loaded for tracker, _w, loaded in children.values() if tracker]
+    workers = [loaded for tracker, _w, loaded in children.values() if not tracker]
+    # Then the pool's two workers run an agent, the tracker none
+    assert trackers == [False], children
+    assert workers == [True, True], children
+    assert any(worker for _t, worker, _l in children.values())

@@ -17,6 +17,13 @@ its environment would not make it, as CPython then ignores
 Nor does it start in a subinterpreter, which runs site and this hook again:
 the agent is the process's, the main interpreter's (a second one in each
 subinterpreter would trace nothing more and serve twice).
+
+Nor in multiprocessing's resource tracker, a helper process that the
+``spawn`` and ``forkserver`` start methods launch beside a service's workers
+(``uvicorn --workers 2`` took four ports: the master, two workers and it):
+it runs no code of the service and holds none of its data, so an agent there
+would only add a port, a thread and a series that say nothing.  Which
+processes get an agent is in docs/design/agent.md ("The port rule").
 """
 
 import os
@@ -24,6 +31,34 @@ import sys
 
 # heapwatch.agent.config's false words, and the .pth line's; a test keeps the three in step.
 _FALSE_WORDS = ("", "0", "false", "no", "off", "n", "f")
+# How multiprocessing starts its helpers: ``python -c "<this>..."``
+# (``semaphore_tracker`` before 3.8 named the resource tracker).
+_HELPER_CODE = (
+    "from multiprocessing.resource_tracker import main",
+    "from multiprocessing.semaphore_tracker import main",
+)
+
+
+def _command_line() -> list[str]:
+    orig = getattr(sys, "orig_argv", None)  # 3.10+
+    if orig is not None:
+        return list(orig)
+    try:
+        # 3.9: sys.argv lacks -c's code.  Read as the interpreter starts,
+        # before any code of the service runs (no descriptor of its to take).
+        with open("/proc/self/cmdline", "rb") as cmdline:
+            return [os.fsdecode(arg) for arg in cmdline.read().split(b"\0")]
+    except OSError:
+        return []
+
+
+def _in_multiprocessing_helper() -> bool:
+    words = _command_line()
+    try:
+        code = words[words.index("-c") + 1]
+    except (ValueError, IndexError):
+        return False
+    return code.lstrip().startswith(_HELPER_CODE)
 
 
 def _in_subinterpreter() -> bool:
@@ -46,7 +81,7 @@ def _autostart() -> None:
     if os.environ.get("HEAPWATCH_ENABLED", "").strip().lower() in _FALSE_WORDS:
         return
     try:
-        if _in_subinterpreter():
+        if _in_subinterpreter() or _in_multiprocessing_helper():
             return
         from heapwatch.agent.config import AgentConfig  # noqa: PLC0415 (only when on)
 
