@@ -69,6 +69,9 @@ bench: $(VENV)/.installed  ## measure slowdown and memory against untraced and t
 bench-leaks: $(VENV)/.installed  ## the leak score's scenario bank: time to flag each leak, highest score of each non-leak
 	$(VPY) benchmarks/leaks.py $(BENCH_ARGS)
 
+bench-black-box: $(VENV)/.installed  ## the black box: crossing to finished dump and its memory at 10k to 1M traces, the idle poll
+	$(VPY) benchmarks/black_box.py $(BENCH_ARGS)
+
 guest: $(VENV)/.installed  ## CPython's own test files untraced and under the agent (exact, sample): no failure added
 	$(VPY) tests/guest/run.py --python $(abspath $(VPY)) --markdown $(VENV)/guest.md $(GUEST_ARGS)
 
