@@ -18,7 +18,7 @@ SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
+.PHONY: bench-black-box bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
