@@ -29,6 +29,11 @@ class ChildCgroup(NamedTuple):
     def procs(self) -> Path:
         return self.path / "cgroup.procs"
 
+    def command(self, *args: str) -> list[str]:
+        """``args`` run inside this cgroup: a shell joins it, then becomes them."""
+        join = 'echo $$ > "$1" && shift && exec "$@"'
+        return ["sh", "-c", join, "sh", str(self.procs), *args]
+
     def oom_kills(self) -> int:
         name = "memory.oom_control" if self.version == 1 else "memory.events"
         for line in (self.path / name).read_text().splitlines():

@@ -46,8 +46,7 @@ def test_the_black_box_thread_blocks_signals_and_a_clean_exit_marks_its_boxes(
     script.write_text(SERVICE)
     dumps = tmp_path / "dumps"
     with child_memory_cgroup(4 << 30) as cgroup:
-        join = 'echo $$ > "$1" && shift && exec "$@"'
-        args = ["sh", "-c", join, "sh", str(cgroup.procs), python, str(script), str(dumps), "1B"]
+        args = cgroup.command(python, str(script), str(dumps), "1B")
         started = time.monotonic()
         done = subprocess.run(
             args,

@@ -64,9 +64,7 @@ def test_an_oom_kill_leaves_a_black_box_a_summary_and_a_restart_that_knows(
         "HEAPWATCH_TERMINATION_LOG": str(summary),
     }
     with child_memory_cgroup(LIMIT) as cgroup:
-        # The shell joins the cgroup, then becomes the service.
-        join = 'echo $$ > "$1" && shift && exec "$@"'
-        args = ["sh", "-c", join, "sh", str(cgroup.procs), python, str(script), "leak"]
+        args = cgroup.command(python, str(script), "leak")
         env = clean_env(HEAPWATCH_EXPORTERS="none", **settings)
         with running(args, env, cwd=tmp_path) as proc:
             status = proc.wait(timeout=180)
