@@ -86,11 +86,11 @@ soak-sanitize:  ## the soak run for 180 s with the core under ASan+UBSan (the sa
 	HEAPWATCH_SANITIZE=1 $(VENV)-asan/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps .
 	$(SANITIZED) $(VENV)-asan/bin/python tests/soak/soak.py --seconds 180 $(SOAK_ARGS)
 
-lint: $(VENV)/.deps  ## ruff, mypy --strict and the layer contract (tests/check_layers.py)
-	$(VENV)/bin/ruff check agent exporters tests benchmarks examples deploy
-	$(VENV)/bin/ruff format --check agent exporters tests benchmarks examples deploy
+lint: $(VENV)/.deps  ## ruff, mypy --strict and the layer contract (tools/check_layers.py)
+	$(VENV)/bin/ruff check agent exporters tests benchmarks examples deploy tools
+	$(VENV)/bin/ruff format --check agent exporters tests benchmarks examples deploy tools
 	$(VENV)/bin/mypy
-	$(VPY) tests/check_layers.py
+	$(VPY) tools/check_layers.py
 
 ci-tools:  ## install the external tools CI tests with (Debian packages)
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v go >/dev/null || \

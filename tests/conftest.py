@@ -1,7 +1,7 @@
 """Shared fixtures: the suite's two tracemalloc implementations.
 
-Helpers that test modules import live in plain modules (agent_process,
-external_tools): ``from conftest import`` is ambiguous beside tests/core/conftest.py.
+Helpers that test modules import live in the ``support`` package
+(tests/support/): ``from conftest import`` is ambiguous beside tests/core/conftest.py.
 """
 
 from __future__ import annotations

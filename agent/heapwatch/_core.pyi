@@ -25,7 +25,9 @@ size (in ``Snapshot.traces()``) is the sampled block's real size.
 """
 
 import os
-from typing import Literal, TypedDict, overload
+from typing import Literal, Protocol, TypedDict, overload
+
+from typing_extensions import Self
 
 FrameTuple = tuple[str, int]
 Frames = tuple[FrameTuple, ...]
@@ -82,6 +84,16 @@ class Groups:
         compare(), growth() and len() leave those out."""
     def ages(self, limit: int | None = None) -> list[RawAges]:
         """statistics() with each group's bytes by age; needs group(ages=True)."""
+
+class GroupsLike(Protocol):
+    """What the agent's cycle reads of a ``Groups``: the C core's, or the
+    model that stands in for it in tests (tests/support/agent_model.py).
+    A name for type checkers only: the module has no such attribute."""
+
+    def statistics(self, limit: int | None = None) -> list[RawStatistic]: ...
+    def growth(self, old: Self | None, limit: int | None = None) -> list[RawDiff]: ...
+    def peaks(self, limit: int | None = None) -> list[RawPeak]: ...
+    def ages(self, limit: int | None = None) -> list[RawAges]: ...
 
 class Snapshot:
     """The tracer's state at one moment; tracebacks pinned, lines resolved lazily."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from types import ModuleType
 
-from sizes import bytearray_block
+from support.sizes import bytearray_block
 
 # The expected depth of each allocation, keyed by its size: unique among the
 # allocations made on Recorder.alloc's line (the bytearray objects themselves

@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from sizes import BYTEARRAY_OVERHEAD
+from support.sizes import BYTEARRAY_OVERHEAD
 
 PRELUDE = textwrap.dedent(
     """

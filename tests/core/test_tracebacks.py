@@ -6,7 +6,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from sizes import bytearray_block
+from support.sizes import bytearray_block
 
 
 def _recurse(depth: int) -> Any:

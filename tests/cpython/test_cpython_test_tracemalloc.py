@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_process import clean_env
+from support.agent_process import clean_env
 
 RUNNER = Path(__file__).with_name("runner.py")
 

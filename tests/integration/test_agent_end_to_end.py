@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_process import (
+from support.agent_process import (
     clean_env,
     fetch,
     free_ports,
@@ -21,7 +21,7 @@ from agent_process import (
     running,
     site_values,
 )
-from waiting import wait_for
+from support.waiting import wait_for
 
 LEAKY = """\
 import time

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from agent_model import ModelSource
-from agent_process import (
+from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
+from heapwatch_exporters.prometheus import PrometheusExporter
+from support.agent_model import ModelSource
+from support.agent_process import (
     clean_env,
     fetch,
     free_ports,
@@ -25,10 +28,7 @@ from agent_process import (
     running,
     site_values,
 )
-from heapwatch.agent.agent import Agent
-from heapwatch.agent.config import AgentConfig
-from heapwatch_exporters.prometheus import PrometheusExporter
-from waiting import wait_for
+from support.waiting import wait_for
 
 
 class RecordingExporter:

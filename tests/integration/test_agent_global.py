@@ -10,7 +10,7 @@ import pytest
 
 import heapwatch
 from heapwatch import _core
-from waiting import wait_for
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("no_agent")
 

@@ -21,8 +21,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from agent_process import clean_env, fetch, free_ports, installed_python, running
-from waiting import wait_for
+from support.agent_process import clean_env, fetch, free_ports, installed_python, running
+from support.waiting import wait_for
 
 LEAKY = """\
 import sys, time

@@ -25,7 +25,7 @@ from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.threads import start_thread
 from heapwatch.server import dumps
 from heapwatch.server.dumps import DumpService
-from waiting import wait_for
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("no_agent")
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from agent_model import FakeClock, ModelSource, TickingTimer
-from agent_process import clean_env, fetch, free_ports, installed_python, running
-from external_tools import require_tool
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch_exporters.prometheus import PrometheusExporter
-from waiting import wait_for
+from support.agent_model import FakeClock, ModelSource, TickingTimer
+from support.agent_process import clean_env, fetch, free_ports, installed_python, running
+from support.external_tools import require_tool
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.tools
 

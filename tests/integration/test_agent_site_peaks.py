@@ -16,7 +16,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import heapwatch
 from heapwatch.agent.agent import Agent
-from waiting import wait_for
+from support.waiting import wait_for
 
 MIB = 1 << 20
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_process import clean_env, installed_python, run_script
+from support.agent_process import clean_env, installed_python, run_script
 
 PROBE = textwrap.dedent(
     """\

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from test_guest_signals import SYNCHRONOUS, UNBLOCKABLE, blocked
 
-from agent_process import clean_env, installed_python
-from memory_cgroups import child_memory_cgroup
+from support.agent_process import clean_env, installed_python
+from support.memory_cgroups import child_memory_cgroup
 
 SERVICE = textwrap.dedent(
     """\

@@ -16,9 +16,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from agent_process import clean_env, fetch, free_ports, installed_python, parse, running
-from memory_cgroups import child_memory_cgroup
-from waiting import wait_for
+from support.agent_process import clean_env, fetch, free_ports, installed_python, parse, running
+from support.memory_cgroups import child_memory_cgroup
+from support.waiting import wait_for
 
 LIMIT = 200 << 20
 TOKEN = "black-box-test-token-0123456789"

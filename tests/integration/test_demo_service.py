@@ -7,7 +7,7 @@ import re
 import signal
 from pathlib import Path
 
-from agent_process import (
+from support.agent_process import (
     clean_env,
     fetch,
     free_ports,
@@ -17,7 +17,7 @@ from agent_process import (
     site_values,
     with_default_sigint,
 )
-from waiting import wait_for
+from support.waiting import wait_for
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo_service.py"
 

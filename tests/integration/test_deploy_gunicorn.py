@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from _deploy_support import DEPLOY, free_port, get_text, source_pythonpath, stop_process
 
-from external_tools import require_tool
-from waiting import wait_for
+from support.external_tools import require_tool
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
 

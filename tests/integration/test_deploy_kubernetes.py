@@ -14,7 +14,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from _deploy_support import DEPLOY, Prometheus
 
-from external_tools import require_tool
+from support.external_tools import require_tool
 
 pytestmark = [pytest.mark.tools, pytest.mark.deploy_files]
 

@@ -10,9 +10,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from agent_process import clean_env, fetch, free_ports, installed_python, installed_script, running
 from heapwatch.server.dumps import list_dumps
-from waiting import wait_for
+from support.agent_process import (
+    clean_env,
+    fetch,
+    free_ports,
+    installed_python,
+    installed_script,
+    running,
+)
+from support.waiting import wait_for
 
 TOKEN = "installed-token-0123456789"
 LEAKY = """\

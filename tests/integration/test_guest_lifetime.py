@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent_process import run_script
+from support.agent_process import run_script
 
 FORK_FROM_A_THREAD = textwrap.dedent(
     """\

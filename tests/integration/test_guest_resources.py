@@ -14,7 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from agent_process import clean_env, fetch, python_path, run_script
+from support.agent_process import clean_env, fetch, python_path, run_script
 
 LOW = 256  # the numbers listed again and again
 

@@ -9,7 +9,7 @@ import signal
 import textwrap
 from pathlib import Path
 
-from agent_process import run_script
+from support.agent_process import run_script
 
 SYNCHRONOUS = {
     signal.SIGSEGV,

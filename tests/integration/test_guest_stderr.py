@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from _deploy_support import free_port, get_text, source_pythonpath, stop_process
 
-from agent_process import free_ports, run_script
 from heapwatch.server import http as _server
 from heapwatch.server.http import Server
 from heapwatch.server.router import Router
-from waiting import wait_for
+from support.agent_process import free_ports, run_script
+from support.waiting import wait_for
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from external_tools import require_tool
 from heapwatch.formats.pprof import HeapSample, encode_heap_profile
+from support.external_tools import require_tool
 
 pytestmark = pytest.mark.tools
 

@@ -36,8 +36,8 @@ from _deploy_support import (
     stop_process,
 )
 
-from external_tools import require_tool
-from waiting import wait_for
+from support.external_tools import require_tool
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
 

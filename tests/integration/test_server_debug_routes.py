@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 import pytest
 
-from agent_model import ModelSource
 from heapwatch import _core
 from heapwatch import tracemalloc as hw_tm
 from heapwatch.agent.agent import Agent
@@ -26,6 +25,7 @@ from heapwatch.formats.dump import read_dump
 from heapwatch.formats.pprof import decode_profile
 from heapwatch.server.dumps import DumpService, iter_traces
 from heapwatch.server.served_dumps import ServedDumpService
+from support.agent_model import ModelSource
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -24,8 +24,8 @@ from heapwatch.agent.leaks import Observation
 from heapwatch.cli import main
 from heapwatch.formats.dump import iter_dump, read_dump, write_dump
 from heapwatch.server.dumps import DumpService, age_clock, dump_header, iter_traces
-from leak_recording import record_observations
-from waiting import wait_for
+from support.leak_recording import record_observations
+from support.waiting import wait_for
 
 TOKEN = "test-token-0123456789abcdef"
 INTERVAL = 0.2

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agent_process import clean_env, python_path
 from heapwatch import tracemalloc as hw_tm
 from heapwatch.formats.dump import DumpError, read_dump
 from heapwatch.server.dumps import list_dumps
-from waiting import wait_for
+from support.agent_process import clean_env, python_path
+from support.waiting import wait_for
 
 SERVICE = textwrap.dedent(
     """\

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from agent_model import ModelSource
-from agent_process import free_ports
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.server.http import Server
 from heapwatch.server.router import Router
+from support.agent_model import ModelSource
+from support.agent_process import free_ports
 
 
 def hello(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from agent_process import clean_env, fetch, python_path, running
-from cli_runner import run_cli
 from heapwatch.formats.dump import read_dump
 from heapwatch.server.dumps import list_dumps
-from waiting import wait_for
+from support.agent_process import clean_env, fetch, python_path, running
+from support.cli_runner import run_cli
+from support.waiting import wait_for
 
 TOKEN = "test-token-0123456789abcdef"
 SERVICE = textwrap.dedent(

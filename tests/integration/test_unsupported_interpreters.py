@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import heapwatch
-from agent_process import clean_env
 from heapwatch._interpreter import SUPPORTED_MAX, SUPPORTED_MIN
+from support.agent_process import clean_env
 
 FIND_PYTHON = Path(__file__).resolve().parents[2] / "tools" / "find-python"
 OLD_VERSIONS = ["3.6", "3.7", "3.8"]

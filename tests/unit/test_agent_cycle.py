@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch import HeapwatchError
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.interface import OTHER_FILE, OTHER_LINE, Site
 from heapwatch.agent.procmem import ProcessMemory
-from waiting import wait_for
+from support.agent_model import FakeClock, ModelSource, TickingTimer
+from support.waiting import wait_for
 
 
 def make_agent(source: ModelSource, **settings: Any) -> Agent:

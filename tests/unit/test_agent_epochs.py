@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from agent_model import FakeClock, ModelSource
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.leaks import Observation
-from leak_recording import record_observations
-from waiting import wait_for
+from support.agent_model import FakeClock, ModelSource
+from support.leak_recording import record_observations
+from support.waiting import wait_for
 
 MODES = pytest.mark.parametrize("mode", ["exact", "sample"])
 INTERVAL = 60.0

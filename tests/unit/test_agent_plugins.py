@@ -55,7 +55,7 @@ def test_the_agent_builds_named_exporters_then_the_dump_service() -> None:
 
 
 def test_the_agent_imports_no_component_by_itself() -> None:
-    # The agent layer names the components, never imports them (tests/check_layers.py
+    # The agent layer names the components, never imports them (tools/check_layers.py
     # checks the imports; here, the names resolve to the layer above).
     for value in plugins.OWN_COMPONENTS.values():
         assert value.startswith("heapwatch.server.")

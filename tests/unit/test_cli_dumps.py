@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 import heapwatch
 import heapwatch_exporters
-from cli_runner import run_cli
 from heapwatch import tracemalloc as hw_tm
 from heapwatch.formats.dump import DumpHeader, read_dump, write_dump
 from heapwatch.formats.pprof import decode_profile
 from heapwatch.formats.report import format_text, top_report
 from heapwatch.tracemalloc.raw import raw_statistics
+from support.cli_runner import run_cli
 
 APP = "leak = []\ndef grow():\n    leak.append(bytearray(100_000))  # LEAK\ngrow()\n"
 INTERVAL = 64 * 1024

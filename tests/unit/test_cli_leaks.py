@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-from agent_model import FakeClock, ModelSource
-from cli_runner import run_cli
 from heapwatch.agent import agent as agent_module
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
@@ -21,7 +19,9 @@ from heapwatch.cli import leaks as cli_leaks
 from heapwatch.cli import main
 from heapwatch.formats.dump import AgeClock, DumpHeader, write_dump
 from heapwatch.formats.estimates import round_count, sample_weight
-from leak_recording import record_ages
+from support.agent_model import FakeClock, ModelSource
+from support.cli_runner import run_cli
+from support.leak_recording import record_ages
 
 LEAK, CHURN, CACHE = ("app.py", 10), ("app.py", 20), ("cache.py", 5)
 TTL = ("ttl.py", 7)  # a cache whose entries expire: turned over

@@ -19,13 +19,13 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
-from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.container import ContainerMemory, MemoryCgroup
 from heapwatch.agent.procmem import ProcessMemory
 from heapwatch_exporters import otel
 from heapwatch_exporters.otel import OtelExporter, configured_meter_provider
+from support.agent_model import FakeClock, ModelSource, TickingTimer
 
 INSTRUMENTS = {
     "heapwatch.traced": "By",

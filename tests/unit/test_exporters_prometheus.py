@@ -15,7 +15,6 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch import __version__
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
@@ -27,6 +26,7 @@ from heapwatch_exporters.prometheus import (
     make_asgi_app,
     make_wsgi_app,
 )
+from support.agent_model import FakeClock, ModelSource, TickingTimer
 
 RESULT = CycleResult(
     timestamp=1_700_000_123.5,

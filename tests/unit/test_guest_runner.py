@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from repo_scripts import load_script
+from support.repo_scripts import load_script
 
 guest = load_script(Path(__file__).resolve().parents[1] / "guest" / "run.py", "guest_run")
 

@@ -1,15 +1,14 @@
-"""The layer contract (tests/check_layers.py, run by `make lint`) holds, and
+"""The layer contract (tools/check_layers.py, run by `make lint`) holds, and
 fails on an upward import or a cycle, function-level imports included."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+from support.repo_scripts import load_script
 
-import check_layers  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+check_layers = load_script(ROOT / "tools" / "check_layers.py", "check_layers")
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 import heapwatch.formats.dump as dump_format
-from agent_model import ModelSource
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import DEFAULTS, AgentConfig
 from heapwatch.agent.procmem import ProcessMemory
@@ -30,7 +29,8 @@ from heapwatch.server.dumps import (
     prune_dumps,
     write_dump_file,
 )
-from waiting import wait_for
+from support.agent_model import ModelSource
+from support.waiting import wait_for
 
 HEADER = DumpHeader("3.11.7", 42, 1_700_000_000.5, "exact", 0, 1, {})
 TRACES = [(0, 100, (("app.py", 3),), 1), (0, 50, (("app.py", 4),), 1)]

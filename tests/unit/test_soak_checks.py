@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from repo_scripts import load_script
+from support.repo_scripts import load_script
 
 soak = load_script(Path(__file__).resolve().parents[1] / "soak" / "soak.py", "soak_run")
 

@@ -18,7 +18,7 @@ The layers, lowest first (docs/design/architecture.md draws them):
 5. ``heapwatch.cli``, ``heapwatch.__main__``, the package's public face
    (``heapwatch/__init__``) and the auto-start hook's top-level module.
 
-Usage: ``python tests/check_layers.py [ROOT]`` (ROOT: the repository, by
+Usage: ``python tools/check_layers.py [ROOT]`` (ROOT: the repository, by
 default the one holding this file); exit status 1 with one line per problem.
 """
 
@@ -159,7 +159,7 @@ def check(root: Path) -> list[str]:
     for name, path in sorted(found.items()):
         mine = layer_of(name)
         if mine is None:
-            problems.append(f"{path}: {name} belongs to no layer (tests/check_layers.py LAYERS)")
+            problems.append(f"{path}: {name} belongs to no layer (tools/check_layers.py LAYERS)")
             continue
         for imported, line in imports_of(name, path, known):
             theirs = layer_of(imported)
