@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "compat.h"
+#include "filter.h"
 #include "reftracer.h"
 #include "sampling.h"
 #include "sync.h"

@@ -1,5 +1,6 @@
 #include "reftracer.h"
 
+#include "filter.h"
 #include "hooks.h"
 #include "sampling.h"
 #include "tracer.h"

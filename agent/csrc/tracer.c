@@ -2,6 +2,7 @@
 
 #include <math.h>
 
+#include "filter.h"
 #include "mem.h"
 #include "sampling.h"
 #include "sync.h"
