@@ -6,7 +6,6 @@
 
 #include "compat.h"
 #include "filter.h"
-#include "reftracer.h"
 #include "sampling.h"
 #include "sync.h"
 #include "thread.h"

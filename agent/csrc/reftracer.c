@@ -2,7 +2,7 @@
 
 #include "filter.h"
 #include "hooks.h"
-#include "sampling.h"
+#include "thread.h"
 #include "tracer.h"
 
 #if HW_HAVE_REFTRACER

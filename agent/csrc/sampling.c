@@ -8,8 +8,6 @@
 
 #include "tracer.h"
 
-__thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
-
 uint32_t hw_sample_gate = HW_SAMPLE_GATE_CLOSED;
 /* Source of the even values of hw_sample_gate; atomic. */
 static uint32_t fast_counter;

@@ -4,8 +4,9 @@
  * exponential distribution of mean sample_interval: one per thread for the
  * RAW domain, one shared under the GIL for MEM and OBJ (hw_gil_countdown).
  * The unsampled path is a subtraction and a compare: no lock, no frame walk,
- * and it never takes the GIL.  Whether a block being freed was sampled is
- * the sampled-block filter's answer (filter.h).
+ * and it never takes the GIL.  The per-thread countdowns live in the hooks'
+ * thread state (thread.h); whether a block being freed was sampled, in the
+ * sampled-block filter (filter.h).
  */
 #ifndef HEAPWATCH_SAMPLING_H
 #define HEAPWATCH_SAMPLING_H
@@ -14,27 +15,7 @@
 #include <stdint.h>
 
 #include "compat.h"
-
-typedef struct {
-    uint32_t fast;     /* hw_sample_gate when the fast path is open to this thread, else 0 */
-    int reentrant;     /* inside one of our hooks: nested calls pass through */
-    /* One of heapwatch's own threads (set_thread_traced(False)): the blocks it
-     * allocates are not recorded, so heapwatch's work is never shown as the
-     * service's memory; its frees are still seen (a traced block it frees
-     * leaves no stale trace), and its sampling decisions are still drawn (the
-     * service's blocks keep their probability). */
-    int own;
-    int64_t countdown; /* bytes to the next sample point */
-    uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
-    uint64_t rng;      /* xorshift64* state */
-    /* The block the thread's hooks recorded last, until the reference tracer
-     * sees an object created in it (reftracer.c); 3.13+. */
-    void *stamped;
-} hw_tls_t;
-
-/* Thread-local.  initial-exec: a few bytes of static TLS make every access a
- * plain %fs-relative load on the hot path. */
-extern __thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
+#include "thread.h"
 
 /* Bumped by start() and in a forked child; atomic.  A thread whose rng_gen
  * differs reseeds and redraws its countdown (under a new interval, too). */
