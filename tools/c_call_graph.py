@@ -11,10 +11,11 @@ components of that graph are the circles: files that all depend on each
 other.  Shared variables count, as a call does; ``--functions`` leaves them
 out.  Functions a header inlines are its includers' uses (nm sees them there).
 
-Usage: ``python tools/c_call_graph.py [--functions] [--edges] [OBJDIR]``,
-OBJDIR holding the objects of agent/csrc (by default the newest under build/).
-The graph depends on the Python the objects were built for: reftracer.c is
-empty before 3.13.
+Usage: ``python tools/c_call_graph.py [--functions] [--edges] [--csrc DIR]
+[OBJDIR]``, OBJDIR holding the objects of agent/csrc (by default the newest
+under build/), DIR the sources they were built from (by default this tree's
+agent/csrc: give another tree's to measure its build).  The graph depends
+on the Python the objects were built for: reftracer.c is empty before 3.13.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def top_level(source: str) -> str:
     return "".join(kept)
 
 
-def graph(objdir: Path, functions_only: bool) -> dict[str, set[str]]:
+def graph(objdir: Path, csrc: Path, functions_only: bool) -> dict[str, set[str]]:
     defined: dict[str, str] = {}
     needed: dict[str, set[str]] = {}
     for obj in sorted(objdir.glob("*.o")):
@@ -66,11 +67,11 @@ def graph(objdir: Path, functions_only: bool) -> dict[str, set[str]]:
             elif kind != "w" and (not functions_only or kind in FUNCTIONS):
                 defined[name] = obj.stem
     declared: dict[str, str] = {}
-    for header in sorted(CSRC.glob("*.h")):
+    for header in sorted(csrc.glob("*.h")):
         for name in re.findall(r"\w+", top_level(header.read_text())):
             if name in defined:
                 declared.setdefault(name, header.stem)
-    edges: dict[str, set[str]] = {p.stem: set() for p in CSRC.glob("*.[ch]")}
+    edges: dict[str, set[str]] = {p.stem: set() for p in csrc.glob("*.[ch]")}
     for user, names in needed.items():
         for name in names & defined.keys():
             definer = defined[name]
@@ -117,9 +118,10 @@ def main() -> int:
     parser.add_argument("objdir", nargs="?", type=Path)
     parser.add_argument("--functions", action="store_true", help="calls only, no variables")
     parser.add_argument("--edges", action="store_true", help="print what each file uses")
+    parser.add_argument("--csrc", type=Path, default=CSRC, help="the sources of OBJDIR")
     args = parser.parse_args()
     objdir = args.objdir or newest_objdir()
-    edges = graph(objdir, args.functions)
+    edges = graph(objdir, args.csrc, args.functions)
     print(f"{objdir}: {len(edges)} files, {sum(map(len, edges.values()))} uses")
     if args.edges:
         for user in sorted(edges):
