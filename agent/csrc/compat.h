@@ -59,6 +59,14 @@ Py_NewRef(PyObject *obj)
 }
 #endif
 
+/* The interpreter's reference tracer (PyRefTracer_SetTracer), which
+ * reftracer.c uses and the hooks feed (hw_tls_t.stamped), exists from 3.13. */
+#if PY_VERSION_HEX >= 0x030D0000
+#  define HW_HAVE_REFTRACER 1
+#else
+#  define HW_HAVE_REFTRACER 0
+#endif
+
 /* Paths the hooks rarely take stay out of line, so that the hot paths
  * (flattened: see hooks.c) keep their registers and their code small. */
 #define HW_COLD __attribute__((noinline, cold))

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "compat.h"
-#include "reftracer.h"
+#include "filter.h"
 #include "sampling.h"
 #include "sync.h"
 #include "thread.h"

@@ -10,6 +10,7 @@
 #include "groups.h"
 #include "hooks.h"
 #include "interpose.h"
+#include "lifecycle.h"
 #include "mem.h"
 #include "nativeheap.h"
 #include "reftracer.h"

@@ -1,7 +1,8 @@
 #include "reftracer.h"
 
+#include "filter.h"
 #include "hooks.h"
-#include "sampling.h"
+#include "thread.h"
 #include "tracer.h"
 
 #if HW_HAVE_REFTRACER

@@ -15,12 +15,6 @@
 
 #include "compat.h"
 
-#if PY_VERSION_HEX >= 0x030D0000
-#  define HW_HAVE_REFTRACER 1
-#else
-#  define HW_HAVE_REFTRACER 0
-#endif
-
 /* GIL held.  Returns -1 with an exception set. */
 int hw_reftracer_install(void);
 /* GIL held. */

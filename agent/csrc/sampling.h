@@ -4,15 +4,9 @@
  * exponential distribution of mean sample_interval: one per thread for the
  * RAW domain, one shared under the GIL for MEM and OBJ (hw_gil_countdown).
  * The unsampled path is a subtraction and a compare: no lock, no frame walk,
- * and it never takes the GIL.
- *
- * Freeing must know whether a block was sampled without a table lookup.
- * hw_sample_bits has one bit per bucket of addresses, set while some
- * sampled live block hashes there: a clear bit proves the block was not
- * sampled.  It is 16 KiB, so the check on every free stays in cache; the
- * per-bucket counts behind it are only touched under hw_tables_lock, when a
- * sampled block comes or goes.  A free happens after its malloc returned the
- * pointer, so it sees the bit that malloc set.
+ * and it never takes the GIL.  The per-thread countdowns live in the hooks'
+ * thread state (thread.h); whether a block being freed was sampled, in the
+ * sampled-block filter (filter.h).
  */
 #ifndef HEAPWATCH_SAMPLING_H
 #define HEAPWATCH_SAMPLING_H
@@ -21,27 +15,7 @@
 #include <stdint.h>
 
 #include "compat.h"
-
-typedef struct {
-    uint32_t fast;     /* hw_sample_gate when the fast path is open to this thread, else 0 */
-    int reentrant;     /* inside one of our hooks: nested calls pass through */
-    /* One of heapwatch's own threads (set_thread_traced(False)): the blocks it
-     * allocates are not recorded, so heapwatch's work is never shown as the
-     * service's memory; its frees are still seen (a traced block it frees
-     * leaves no stale trace), and its sampling decisions are still drawn (the
-     * service's blocks keep their probability). */
-    int own;
-    int64_t countdown; /* bytes to the next sample point */
-    uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
-    uint64_t rng;      /* xorshift64* state */
-    /* The block the thread's hooks recorded last, until the reference tracer
-     * sees an object created in it (reftracer.c); 3.13+. */
-    void *stamped;
-} hw_tls_t;
-
-/* Thread-local.  initial-exec: a few bytes of static TLS make every access a
- * plain %fs-relative load on the hot path. */
-extern __thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
+#include "thread.h"
 
 /* Bumped by start() and in a forked child; atomic.  A thread whose rng_gen
  * differs reseeds and redraws its countdown (under a new interval, too). */
@@ -106,33 +80,6 @@ hw_on_fast_path(const hw_tls_t *tls)
 {
     return tls->fast == __atomic_load_n(&hw_sample_gate, __ATOMIC_RELAXED);
 }
-
-#define HW_FILTER_BITS 17
-extern uint64_t hw_sample_bits[(1u << HW_FILTER_BITS) / 64];
-
-/* One bit per 16-byte granule of a block's start address, modulo 2 MiB: the
- * blocks of one pymalloc pool share a cache line of the bitmap as they share
- * their own, so frees rarely miss the cache on it (a multiplicative hash put
- * each free on a random line of the 16 KiB).  Addresses 2 MiB apart share a
- * bit: a false positive costs a table lookup under the lock, never a wrong
- * answer. */
-static inline size_t
-hw_filter_slot(uintptr_t ptr)
-{
-    return (size_t)((ptr >> 4) & ((1u << HW_FILTER_BITS) - 1));
-}
-
-static inline int
-hw_filter_maybe(const void *ptr)
-{
-    size_t slot = hw_filter_slot((uintptr_t)ptr);
-    uint64_t word = __atomic_load_n(&hw_sample_bits[slot / 64], __ATOMIC_RELAXED);
-    return (word >> (slot % 64)) & 1;
-}
-
-/* hw_tables_lock held. */
-void hw_filter_add_unlocked(uintptr_t ptr, int delta);
-void hw_filter_clear_unlocked(void);
 
 int hw_sample_slow(hw_tls_t *tls, size_t size);
 

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "lifecycle.h"
 #include "mem.h"
 #include "sync.h"
 #include "tracer.h"

@@ -12,15 +12,16 @@
  * A futex lock (Drepper, "Futexes Are Tricky", mutex 3) inlined into the
  * hooks: the GIL already serializes the MEM and OBJ hooks, so the lock is
  * almost never contended and its uncontended cost (one compare-and-swap, one
- * exchange) is on every traced allocation.  Contended waiters spin briefly,
- * then sleep in the kernel: a pure spinlock burnt a core while the holder
- * waited for one (tests/core/test_stress.py went from seconds to minutes).
+ * release store: see hw_unlock) is on every traced allocation.  Contended
+ * waiters spin briefly, then sleep in the kernel: a pure spinlock burnt a
+ * core while the holder waited for one (tests/core/test_stress.py went from
+ * seconds to minutes).
  * States: 0 free, 1 held, 2 held with possible sleepers.
  *
  * errno is the service's: C code reads it after calls that allocate or free
  * on their way out (CPython's _Py_wfopen frees the path between fopen() and
  * its caller's PyErr_SetFromErrno()), and the hooks run inside those calls.
- * So whatever of ours may set errno keeps it itself: the futex calls here,
+ * So whatever of ours may set errno keeps it itself: the futex calls (sync.c),
  * the tracer's memory (mem.h), the pending call that drains the graveyard,
  * the sampler's seeding, the GOT patching.  The hooks' hot paths, which
  * make no such call, then pay nothing for it.
@@ -30,6 +31,8 @@
 
 extern int hw_tables_lock;
 
+/* sync.c: the contended paths, out of line and cold, so that the inlined
+ * fast paths below stay a compare-and-swap and a store. */
 void hw_lock_contended(void);
 void hw_unlock_wake(void);
 

@@ -5,6 +5,7 @@
 #include "mem.h"
 #include "sync.h"
 
+__thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
 __thread hw_thread_t *hw_my_thread __attribute__((tls_model("initial-exec")));
 
 /* Every live state; hw_tables_lock. */

@@ -1,9 +1,15 @@
-/* The hooks' per-thread state: what the calling thread saw last.
+/* The hooks' per-thread state, in two parts.
  *
- * A thread's state belongs to it alone and is read and written without a
- * lock.  The registry of all states (hw_tables_lock) only serves to free
- * them: a thread frees its own at exit, a forked child frees those of the
- * threads it does not have.
+ * hw_tls, a few words of static TLS that the hooks read on every call: the
+ * re-entrancy flag, the sampling fast path and countdown (sampling.h).  It
+ * needs no allocation, so every thread has it from its first call on.
+ *
+ * hw_thread_t, what the calling thread saw last: the capture memo and the
+ * traceback cache, allocated at its first traced allocation.  A thread's
+ * state belongs to it alone and is read and written without a lock.  The
+ * registry of all states (hw_tables_lock) only serves to free them: a thread
+ * frees its own at exit, a forked child frees those of the threads it does
+ * not have.
  */
 #ifndef HEAPWATCH_THREAD_H
 #define HEAPWATCH_THREAD_H
@@ -11,6 +17,27 @@
 #include <stdint.h>
 
 #include "compat.h"
+
+typedef struct {
+    uint32_t fast;     /* hw_sample_gate when the fast path is open to this thread, else 0 */
+    int reentrant;     /* inside one of our hooks: nested calls pass through */
+    /* One of heapwatch's own threads (set_thread_traced(False)): the blocks it
+     * allocates are not recorded, so heapwatch's work is never shown as the
+     * service's memory; its frees are still seen (a traced block it frees
+     * leaves no stale trace), and its sampling decisions are still drawn (the
+     * service's blocks keep their probability). */
+    int own;
+    int64_t countdown; /* bytes to the next sample point */
+    uint32_t rng_gen;  /* hw_rng_generation this thread was seeded in */
+    uint64_t rng;      /* xorshift64* state */
+    /* The block the thread's hooks recorded last, until the reference tracer
+     * sees an object created in it (reftracer.c); 3.13+. */
+    void *stamped;
+} hw_tls_t;
+
+/* Thread-local.  initial-exec: a few bytes of static TLS make every access a
+ * plain %fs-relative load on the hot path. */
+extern __thread hw_tls_t hw_tls __attribute__((tls_model("initial-exec")));
 
 /* Recent tracebacks of the thread, by the hash of their innermost frame: a
  * hit spares hashing the capture and probing the interned set.  A loop

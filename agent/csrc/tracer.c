@@ -1,63 +1,11 @@
 #include "tracer.h"
 
-#include <errno.h>
-#include <linux/futex.h>
 #include <math.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "hooks.h"
-#include "interpose.h"
+#include "filter.h"
 #include "mem.h"
-#include "reftracer.h"
 #include "sampling.h"
 #include "sync.h"
-
-/* Alone on its cache line: written twice per traced operation. */
-int hw_tables_lock __attribute__((aligned(64)));
-
-static void
-cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-__attribute__((noinline, cold)) void
-hw_lock_contended(void)
-{
-    /* A short spin first: holders keep the lock for well under a
-     * microsecond. */
-    for (int spins = 0; spins < 100; spins++) {
-        cpu_relax();
-        int expected = 0;
-        if (__atomic_load_n(&hw_tables_lock, __ATOMIC_RELAXED) == 0 &&
-            __atomic_compare_exchange_n(&hw_tables_lock, &expected, 1, 0, __ATOMIC_ACQUIRE,
-                                        __ATOMIC_RELAXED)) {
-            return;
-        }
-    }
-    /* The timeout bounds a wake-up lost to hw_unlock's plain store. */
-    const struct timespec timeout = {0, 200 * 1000};
-    int err = errno; /* the wait sets EAGAIN or ETIMEDOUT: see sync.h */
-    while (__atomic_exchange_n(&hw_tables_lock, 2, __ATOMIC_ACQUIRE) != 0) {
-        syscall(SYS_futex, &hw_tables_lock, FUTEX_WAIT_PRIVATE, 2, &timeout, NULL, 0);
-    }
-    errno = err;
-}
-
-__attribute__((noinline, cold)) void
-hw_unlock_wake(void)
-{
-    int err = errno;
-    syscall(SYS_futex, &hw_tables_lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-    errno = err;
-}
 
 hw_tracer_t hw_tracer = {
     .recording = 1,
@@ -70,10 +18,8 @@ hw_tracer_t hw_tracer = {
 /* Whether the trace tables exist; GIL and hw_tables_lock. */
 static int tables_ready;
 
-/* Recomputes the hooks' state word from tracing, recording and mode; called
- * with hw_tables_lock held after any of them changes. */
-static void
-publish_state_unlocked(void)
+void
+hw_tracer_publish_state_unlocked(void)
 {
     int state = 0;
     if (hw_tracer.tracing) {
@@ -432,28 +378,7 @@ hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr)
 }
 
 void
-hw_housekeeping(void)
-{
-    if (hw_load_int(&hw_tracer.tracing)) {
-        hw_reftracer_reclaim();
-    }
-    hw_tb_release_orphans();
-    hw_interpose_refresh(); /* objects loaded other than by an import */
-    hw_lock();
-    if (tables_ready) {
-        hw_flush_unlocked();
-        hw_traces_compact_unlocked(&hw_tracer.traces);
-        for (size_t i = 0; i < hw_tracer.ndomains; i++) {
-            hw_traces_compact_unlocked(&hw_tracer.domains[i].traces);
-        }
-    }
-    hw_unlock();
-}
-
-/* Drops every trace and traceback; hw_tables_lock held.  Pinned tracebacks
- * survive for their snapshots. */
-static void
-reset_tables_unlocked(void)
+hw_tracer_reset_tables_unlocked(void)
 {
     discard_pending_unlocked();
     if (tables_ready) {
@@ -475,8 +400,8 @@ reset_tables_unlocked(void)
     __atomic_store_n(&hw_tracer.ntraces, 0, __ATOMIC_RELAXED);
 }
 
-static int
-init_tables_unlocked(void)
+int
+hw_tracer_init_tables_unlocked(void)
 {
     if (tables_ready) {
         return 0;
@@ -492,63 +417,16 @@ init_tables_unlocked(void)
     return 0;
 }
 
-int
-hw_start(int max_nframe, int mode, uint64_t sample_interval)
-{
-    if (hw_load_int(&hw_tracer.tracing)) {
-        /* As the stdlib: starting again keeps the running configuration. */
-        return 0;
-    }
-    hw_lock();
-    int err = init_tables_unlocked();
-    hw_unlock();
-    if (err < 0) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (hw_hooks_install(mode == HW_MODE_SAMPLE) < 0) {
-        return -1;
-    }
-    /* Exact mode only: the tracer is called for every object created and
-     * destroyed, a cost sample mode cannot afford (callgrind, 3.13: +3.3%
-     * instructions on sampled churn and deep_stack, 8% of their untraced
-     * work), for the few sampled blocks a free list hands back. */
-    if (mode == HW_MODE_EXACT && hw_reftracer_install() < 0) {
-        hw_hooks_uninstall();
-        return -1;
-    }
-    hw_interpose_install();
-    hw_sampling_reseed_all();
-    hw_lock();
-    __atomic_store_n(&hw_tracer.max_nframe, max_nframe, __ATOMIC_RELAXED);
-    __atomic_store_n(&hw_tracer.mode, mode, __ATOMIC_RELAXED);
-    __atomic_store_n(&hw_tracer.sample_interval, sample_interval, __ATOMIC_RELAXED);
-    __atomic_store_n(&hw_tracer.dropped, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&hw_tracer.recorded, 0, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&hw_tracer.tracing, 1, __ATOMIC_RELEASE);
-    publish_state_unlocked();
-    hw_unlock();
-    return 0;
-}
-
 void
-hw_stop(void)
+hw_tracer_compact_tables_unlocked(void)
 {
-    if (!hw_load_int(&hw_tracer.tracing)) {
-        return;
+    if (tables_ready) {
+        hw_flush_unlocked();
+        hw_traces_compact_unlocked(&hw_tracer.traces);
+        for (size_t i = 0; i < hw_tracer.ndomains; i++) {
+            hw_traces_compact_unlocked(&hw_tracer.domains[i].traces);
+        }
     }
-    hw_lock();
-    __atomic_store_n(&hw_tracer.tracing, 0, __ATOMIC_RELEASE);
-    publish_state_unlocked();
-    __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
-    reset_tables_unlocked();
-    hw_traces_reset_epoch_unlocked();
-    hw_unlock();
-    hw_interpose_uninstall();
-    hw_reftracer_uninstall();
-    hw_hooks_uninstall();
-    hw_graveyard_drain();
 }
 
 void
@@ -559,11 +437,11 @@ hw_clear_traces(void)
     }
     hw_lock();
     __atomic_add_fetch(&hw_tracer.epoch, 1, __ATOMIC_RELAXED);
-    reset_tables_unlocked();
-    if (init_tables_unlocked() < 0) {
+    hw_tracer_reset_tables_unlocked();
+    if (hw_tracer_init_tables_unlocked() < 0) {
         /* Keep the hooks harmless: without tables nothing can be recorded. */
         __atomic_store_n(&hw_tracer.tracing, 0, __ATOMIC_RELEASE);
-        publish_state_unlocked();
+        hw_tracer_publish_state_unlocked();
     }
     hw_unlock();
     hw_graveyard_drain();
@@ -627,15 +505,4 @@ size_t
 hw_tracer_memory(void)
 {
     return hw_mem_used(HW_MEM_TRACER);
-}
-
-void
-hw_at_exit(void)
-{
-    /* From here on the hooks record nothing new and walk no frames; frees
-     * keep untracking, which needs no interpreter state. */
-    hw_lock();
-    __atomic_store_n(&hw_tracer.recording, 0, __ATOMIC_RELEASE);
-    publish_state_unlocked();
-    hw_unlock();
 }

@@ -175,17 +175,23 @@ void hw_flush_unlocked(void);
  * hw_tables_lock held.  hw_remove_trace_unlocked returns 1 if ptr was traced. */
 void hw_add_trace_unlocked(uint32_t domain, uintptr_t ptr, size_t size, hw_capture_t *cap);
 int hw_remove_trace_unlocked(uint32_t domain, uintptr_t ptr);
-/* What snapshots and drain() do first: release orphaned code objects and the
- * graveyard, shrink the trace tables toward live traces.  GIL held,
- * hw_tables_lock not held. */
-void hw_housekeeping(void);
 /* hw_tables_lock held.  The traced table of a domain, or NULL. */
 hw_traces_t *hw_domain_table_unlocked(uint32_t domain, int create);
 
-/* The Python-facing operations: GIL held, hw_tables_lock not held.  Those
- * returning int return -1 with an exception set. */
-int hw_start(int max_nframe, int mode, uint64_t sample_interval);
-void hw_stop(void);
+/* The tables through start, stop and clear (lifecycle.h), GIL and
+ * hw_tables_lock held.  init creates them unless they exist; -1 out of
+ * memory.  reset drops every trace and traceback: pinned tracebacks survive
+ * for their snapshots.  compact applies the queue and shrinks the tables
+ * toward their live traces. */
+int hw_tracer_init_tables_unlocked(void);
+void hw_tracer_reset_tables_unlocked(void);
+void hw_tracer_compact_tables_unlocked(void);
+/* Recomputes the hooks' state word from tracing, recording and mode; called
+ * with hw_tables_lock held after any of them changes. */
+void hw_tracer_publish_state_unlocked(void);
+
+/* The Python-facing operations: GIL held, hw_tables_lock not held (start
+ * and stop: lifecycle.h). */
 void hw_clear_traces(void);
 void hw_reset_peak(void);
 /* The age epoch (traces.h): new traces get it; it never moves back. */
@@ -193,6 +199,5 @@ void hw_set_epoch(uint32_t epoch);
 uint32_t hw_get_epoch(void);
 void hw_get_traced(uint64_t *current, uint64_t *peak, uint64_t *est_blocks);
 size_t hw_tracer_memory(void);
-void hw_at_exit(void);
 
 #endif
