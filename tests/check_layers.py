@@ -12,10 +12,13 @@ The layers, lowest first (docs/design/architecture.md draws them):
 1. ``heapwatch.formats``: the file formats (dumps, pprof), reports;
 2. ``heapwatch.tracemalloc``: the drop-in, whose Snapshot.dump()/load()
    write and read the dump format;
-3. ``heapwatch.agent``: the thread, the cycle, the component interface;
-4. ``heapwatch.server`` and ``heapwatch_exporters``: components of the
+3. ``heapwatch.runtime``: what every layer above runs on in the service's
+   process (threads, rate-limited problems, fork hooks, the core as a
+   snapshot source, the process's and the container's memory);
+4. ``heapwatch.agent``: the thread, the cycle, the component interface;
+5. ``heapwatch.server`` and ``heapwatch_exporters``: components of the
    agent, independent of each other;
-5. ``heapwatch.cli``, ``heapwatch.__main__``, the package's public face
+6. ``heapwatch.cli``, ``heapwatch.__main__``, the package's public face
    (``heapwatch/__init__``) and the auto-start hook's top-level module.
 
 Usage: ``python tests/check_layers.py [ROOT]`` (ROOT: the repository, by
@@ -40,13 +43,14 @@ LAYERS: list[tuple[str, int, str]] = [
     ("heapwatch.dumpfile", 1, "formats"),
     ("heapwatch.tracemalloc", 2, "tracemalloc"),
     ("heapwatch._tm_snapshot", 2, "tracemalloc"),
-    ("heapwatch.agent", 3, "agent"),
-    ("heapwatch.server", 4, "server"),
-    ("heapwatch_exporters", 4, "exporters"),
-    ("heapwatch.cli", 5, "cli"),
-    ("heapwatch.__main__", 5, "cli"),
-    ("heapwatch", 5, "face"),
-    ("_heapwatch_pth", 5, "face"),
+    ("heapwatch.runtime", 3, "runtime"),
+    ("heapwatch.agent", 4, "agent"),
+    ("heapwatch.server", 5, "server"),
+    ("heapwatch_exporters", 5, "exporters"),
+    ("heapwatch.cli", 6, "cli"),
+    ("heapwatch.__main__", 6, "cli"),
+    ("heapwatch", 6, "face"),
+    ("_heapwatch_pth", 6, "face"),
 ]
 # Prefixes that stand for one module only, not the modules below them: a new
 # module under heapwatch/ must be given its layer here.

@@ -22,7 +22,7 @@ import pytest
 import heapwatch
 from heapwatch import _core
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.threads import start_thread
+from heapwatch.runtime.threads import start_thread
 from heapwatch.server import dumps
 from heapwatch.server.dumps import DumpService
 from waiting import wait_for

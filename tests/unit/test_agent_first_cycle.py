@@ -9,7 +9,7 @@ import time
 from agent_model import FakeClock, ModelSource, TickingTimer
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.procmem import ProcessMemory
+from heapwatch.runtime.procmem import ProcessMemory
 
 
 def test_only_start_reads_the_processs_memory_for_the_first_cycle() -> None:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from heapwatch.agent.problems import ProblemLog
+from heapwatch.runtime.problems import ProblemLog
 
 
 class Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from heapwatch.agent.procmem import (
+from heapwatch.runtime.procmem import (
     ProcessMemory,
     read_process_memory,
     untraced,

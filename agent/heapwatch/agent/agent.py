@@ -44,13 +44,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from heapwatch._errors import HeapwatchError
 from heapwatch.agent import plugins
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.container import (
-    ContainerMemory,
-    MemoryCgroup,
-    find_memory_cgroup,
-    read_container_memory,
-)
-from heapwatch.agent.forks import call_in_forked_child
 from heapwatch.agent.interface import (
     OTHER_FILE,
     OTHER_LINE,
@@ -75,15 +68,22 @@ from heapwatch.agent.leaks import (
     observed,
     ranked,
 )
-from heapwatch.agent.procmem import (
+from heapwatch.runtime.container import (
+    ContainerMemory,
+    MemoryCgroup,
+    find_memory_cgroup,
+    read_container_memory,
+)
+from heapwatch.runtime.forks import call_in_forked_child
+from heapwatch.runtime.procmem import (
     NATIVE_HEAP_SOURCE,
     NATIVE_HEAP_UNAVAILABLE,
     ProcessMemory,
     read_process_memory,
     untraced,
 )
-from heapwatch.agent.source import CoreSource, SnapshotSource
-from heapwatch.agent.threads import (
+from heapwatch.runtime.source import CoreSource, SnapshotSource
+from heapwatch.runtime.threads import (
     outlive_nobody,
     own_work,
     owned,
@@ -616,7 +616,7 @@ class Agent:
     def _start_exporter(self, exporter: Component) -> bool:
         try:
             # Threads an exporter's libraries start are born with the
-            # service's signals blocked too (heapwatch.agent.threads).
+            # service's signals blocked too (heapwatch.runtime.threads).
             with signals_blocked():
                 exporter.start(self)
         except Exception as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Protocol
 
-from heapwatch.agent.procmem import NATIVE_HEAP_UNAVAILABLE
+from heapwatch.runtime.procmem import NATIVE_HEAP_UNAVAILABLE
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
 
     from heapwatch.agent.config import AgentConfig
-    from heapwatch.agent.container import ContainerMemory, MemoryCgroup
     from heapwatch.agent.leaks import LeakScore
+    from heapwatch.runtime.container import ContainerMemory, MemoryCgroup
 
 __all__ = [
     "OTHER_FILE",
@@ -118,7 +118,7 @@ class CycleResult(NamedTuple):
     container: ContainerMemory | None = None
     """The memory of the process's cgroup (its limit, usage, working set, OOM
     kills, pressure), read with the traced bytes; None outside any memory
-    cgroup (``heapwatch.agent.container``)."""
+    cgroup (``heapwatch.runtime.container``)."""
 
 
 class BlackBox(NamedTuple):

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, Union
 
 from heapwatch import _core
 from heapwatch._version import __version__
-from heapwatch.agent.forks import call_before_fork
-from heapwatch.agent.problems import ProblemLog
-from heapwatch.agent.procmem import ProcessMemory, read_process_memory, untraced
-from heapwatch.agent.source import CoreSource
-from heapwatch.agent.threads import start_thread
+from heapwatch.runtime.forks import call_before_fork
+from heapwatch.runtime.problems import ProblemLog
+from heapwatch.runtime.procmem import ProcessMemory, read_process_memory, untraced
+from heapwatch.runtime.source import CoreSource
+from heapwatch.runtime.threads import start_thread
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -86,7 +86,7 @@ _AGE = operator.itemgetter(4)
 
 
 class DumpSource(Protocol):
-    """Where the dumps' snapshots come from (``heapwatch.agent.source.CoreSource``)."""
+    """Where the dumps' snapshots come from (``heapwatch.runtime.source.CoreSource``)."""
 
     def snapshot(self, traces: bool) -> _core.Snapshot:
         """A snapshot of the tracer now (with every trace if ``traces``);
