@@ -15,7 +15,7 @@ import pytest
 from agent_model import FakeClock, ModelSource
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.leaks import Observation
+from heapwatch.formats.leaks import Observation
 from leak_recording import record_observations
 from waiting import wait_for
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from heapwatch.agent.leaks import OLD_BUCKET, Ages, LeakTracker, Observation, leak_score, ranked
+from heapwatch.formats.leaks import OLD_BUCKET, Ages, LeakTracker, Observation, leak_score, ranked
 
 WINDOW = 1800.0
 CYCLE = 10.0

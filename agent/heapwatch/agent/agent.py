@@ -6,7 +6,7 @@ one last cycle at shutdown), a cycle begins a new epoch (the age of a trace
 is the number of epochs begun since it was recorded), takes a snapshot
 (resetting the peak in the same critical section), groups it by line in C,
 diffs the top sites against the previous cycle's grouping, reads each site's
-share of the peak, scores the leaks (``heapwatch.agent.leaks``) and publishes
+share of the peak, scores the leaks (``heapwatch.formats.leaks``) and publishes
 a ``CycleResult``.  Components only read the last result: a scrape never
 takes a snapshot.
 
@@ -56,7 +56,7 @@ from heapwatch.agent.interface import (
     Site,
     site_of,
 )
-from heapwatch.agent.leaks import (
+from heapwatch.formats.leaks import (
     FLOOR_BYTES,
     OLD_BUCKET,
     SUSPECT,

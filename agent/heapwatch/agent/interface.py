@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
 
     from heapwatch.agent.config import AgentConfig
-    from heapwatch.agent.leaks import LeakScore
+    from heapwatch.formats.leaks import LeakScore
     from heapwatch.runtime.container import ContainerMemory, MemoryCgroup
 
 __all__ = [
@@ -72,7 +72,7 @@ class Site(NamedTuple):
     added to ``CycleResult.peak``; an estimate in sample mode)."""
     leak_score: float | None = 0.0
     """0 to 1: how much its surviving memory looks like a leak over the
-    leak window (``heapwatch.agent.leaks``); None for ``<other>``."""
+    leak window (``heapwatch.formats.leaks``); None for ``<other>``."""
     leak_rate: float | None = 0.0
     """Bytes per second its memory grew at over the span scored; None for
     ``<other>``."""

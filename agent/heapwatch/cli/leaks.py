@@ -1,6 +1,6 @@
 """``heapwatch leaks DUMP DUMP...``: the leak suspects of one process from a
 series of its dumps, scored by the agent's own scorer
-(``heapwatch.agent.leaks``) and shown as ``/debug/heapwatch/leaks`` shows them.
+(``heapwatch.formats.leaks``) and shown as ``/debug/heapwatch/leaks`` shows them.
 
 The agent scores a site each cycle from its live bytes and its bytes at
 least ``OLD_EPOCHS`` cycles old.  A dump holds each live trace's age, so the
@@ -26,17 +26,6 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from heapwatch.agent.config import DEFAULTS, parse_leak_window
-from heapwatch.agent.leaks import (
-    FLOOR_BYTES,
-    OLD_EPOCHS,
-    SHORTEST_SPAN,
-    SUSPECT,
-    LeakTracker,
-    Observation,
-    aged,
-    observed,
-    ranked,
-)
 from heapwatch.cli.dump_input import (
     InputError,
     add_inflate_option,
@@ -53,6 +42,17 @@ from heapwatch.formats.leak_report import (
     format_leaks_text,
     leaks_to_json,
     suspect_of,
+)
+from heapwatch.formats.leaks import (
+    FLOOR_BYTES,
+    OLD_EPOCHS,
+    SHORTEST_SPAN,
+    SUSPECT,
+    LeakTracker,
+    Observation,
+    aged,
+    observed,
+    ranked,
 )
 
 if TYPE_CHECKING:

@@ -37,7 +37,6 @@ from urllib.parse import parse_qs
 
 from heapwatch.agent.config import parse_age
 from heapwatch.agent.interface import site_of
-from heapwatch.agent.leaks import SUSPECT, ranked
 from heapwatch.formats.dump import write_dump
 from heapwatch.formats.leak_report import (
     AgesRow,
@@ -46,6 +45,7 @@ from heapwatch.formats.leak_report import (
     leaks_to_json,
     suspect_of,
 )
+from heapwatch.formats.leaks import SUSPECT, ranked
 from heapwatch.formats.pprof import encode_heap_profile, heap_samples_from_tracebacks
 from heapwatch.formats.report import (
     KEY_TYPES,
