@@ -64,9 +64,9 @@ from heapwatch.formats.leaks import (
     LeakScore,
     LeakTracker,
     Observation,
-    aged,
-    observed,
-    ranked,
+    observe_ages,
+    observe_site,
+    rank_scores,
 )
 from heapwatch.runtime.container import (
     ContainerMemory,
@@ -79,8 +79,8 @@ from heapwatch.runtime.procmem import (
     NATIVE_HEAP_SOURCE,
     NATIVE_HEAP_UNAVAILABLE,
     ProcessMemory,
+    compute_untraced,
     read_process_memory,
-    untraced,
 )
 from heapwatch.runtime.source import CoreSource, SnapshotSource
 from heapwatch.runtime.threads import (
@@ -391,7 +391,7 @@ class Agent:
         top_keys = {site_of(row[0]) for row in top}
         ages = self._watchable(groups)
         scores = self._score_leaks(started, ages, snapshot.epoch)
-        suspects = [key for key, _score in ranked(scores.items(), SUSPECT)]
+        suspects = [key for key, _score in rank_scores(scores.items(), SUSPECT)]
         # Sites by peak, those whose memory is all gone included (a site
         # that allocated and freed within the interval made the peak too).
         by_peak = self._by_peak(groups, top_keys | set(suspects[: self.config.top * 2]))
@@ -494,7 +494,7 @@ class Agent:
             dropped=dropped,
             sites=tuple(sites),
             resident=memory.resident,
-            untraced=untraced(memory.resident, traced, tracer_memory),
+            untraced=compute_untraced(memory.resident, traced, tracer_memory),
             native_in_use=memory.native_in_use,
             native_retained=memory.native_retained,
             epoch=snapshot.epoch,
@@ -560,8 +560,8 @@ class Agent:
             # Memory that survived OLD_EPOCHS cycles: the churn of the same
             # line is left out of it.
             old = float(sum(histogram[OLD_BUCKET:]))
-            sites[key] = observed(now, size, old, self._sample_interval)
-            by_age[key] = aged(histogram, count, epoch, self._sample_interval)
+            sites[key] = observe_site(now, size, old, self._sample_interval)
+            by_age[key] = observe_ages(histogram, count, epoch, self._sample_interval)
         self._watched = set(sites)
         # A timer that did not move (an injected one) adds no point to the
         # series: the tracker needs increasing times.

@@ -56,7 +56,7 @@ from heapwatch.runtime.container import (
     read_working_set,
 )
 from heapwatch.runtime.problems import ProblemLog
-from heapwatch.runtime.procmem import process_start, read_process_memory, untraced
+from heapwatch.runtime.procmem import compute_untraced, process_start, read_process_memory
 from heapwatch.runtime.threads import start_thread
 from heapwatch.server.dumps import (
     BLACK_BOX_KIND,
@@ -479,7 +479,7 @@ class BlackBoxWatcher:
             pid=os.getpid(),
             mode=snap.mode,
             traced=snap.traced,
-            untraced=untraced(resident, snap.traced, tracer),
+            untraced=compute_untraced(resident, snap.traced, tracer),
             tracer=tracer,
             sites=sites,
             dump=path,

@@ -35,7 +35,7 @@ from heapwatch import _core
 from heapwatch._version import __version__
 from heapwatch.runtime.forks import call_before_fork
 from heapwatch.runtime.problems import ProblemLog
-from heapwatch.runtime.procmem import ProcessMemory, read_process_memory, untraced
+from heapwatch.runtime.procmem import ProcessMemory, compute_untraced, read_process_memory
 from heapwatch.runtime.source import CoreSource
 from heapwatch.runtime.threads import start_thread
 
@@ -104,7 +104,7 @@ def _memory_extra(traced: int, tracer: int, memory: ProcessMemory) -> dict[str, 
     figures = {
         "tracer_memory": tracer,
         "resident": memory.resident,
-        "untraced": untraced(memory.resident, traced, tracer),
+        "untraced": compute_untraced(memory.resident, traced, tracer),
         "native_heap_in_use": memory.native_in_use,
         "native_heap_retained": memory.native_retained,
     }
