@@ -21,6 +21,13 @@ The layers, lowest first (docs/design/architecture.md draws them):
 6. ``heapwatch.cli``, ``heapwatch.__main__``, the package's public face
    (``heapwatch/__init__``) and the auto-start hook's top-level module.
 
+A layer above the agent sees it through its front door only
+(``FRONT_DOORS``): ``heapwatch.agent.interface`` (what a cycle publishes,
+the protocols of its components, the process's agent: ``Agent``,
+``start_agent``, ``get_agent``, ``stop_agent``, which the public face and
+the exporters use) and ``heapwatch.agent.config`` (the settings), never its
+other modules.  ``SIDE_DOORS`` names the one exception, with its reason.
+
 Usage: ``python tests/check_layers.py [ROOT]`` (ROOT: the repository, by
 default the one holding this file); exit status 1 with one line per problem.
 """
@@ -55,6 +62,17 @@ LAYERS: list[tuple[str, int, str]] = [
 # Prefixes that stand for one module only, not the modules below them: a new
 # module under heapwatch/ must be given its layer here.
 EXACT = {"heapwatch", "_heapwatch_pth"}
+
+# The only modules of a group that the layers above it may import.
+FRONT_DOORS: dict[str, frozenset[str]] = {
+    "agent": frozenset({"heapwatch.agent.interface", "heapwatch.agent.config"}),
+}
+# (importer, imported) past a front door.  The auto-start hook's top-level
+# module imports heapwatch.agent.autostart, which reads HEAPWATCH_ENABLED
+# before it imports the agent: every Python process with heapwatch installed
+# and the variable set runs it, and the interface would import the whole
+# agent before knowing whether to start it.
+SIDE_DOORS = frozenset({("_heapwatch_pth", "heapwatch.agent.autostart")})
 
 SOURCES = (
     ("agent", "heapwatch"),
@@ -182,6 +200,16 @@ def check(root: Path) -> list[str]:
                     f"{where}: {name} ({mine[1]}) imports {imported} ({theirs[1]}): "
                     "siblings of one layer stay independent"
                 )
+            elif (
+                theirs[0] < mine[0]
+                and imported not in FRONT_DOORS.get(theirs[1], (imported,))
+                and (name, imported) not in SIDE_DOORS
+            ):
+                doors = ", ".join(sorted(FRONT_DOORS[theirs[1]]))
+                problems.append(
+                    f"{where}: {name} imports {imported}, behind the {theirs[1]}'s front "
+                    f"door: from above the {theirs[1]}, import only {doors}"
+                )
     for cycle in _cycles(graph):
         problems.append("import cycle: " + " -> ".join(cycle))
     return problems
@@ -193,7 +221,8 @@ def main(argv: list[str]) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:
-        print(f"layers: {len(modules(root))} modules, no upward import, no cycle")
+        count = len(modules(root))
+        print(f"layers: {count} modules, no upward import, none past a front door, no cycle")
     return 1 if problems else 0
 
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from heapwatch._errors import HeapwatchError
 from heapwatch.agent import plugins
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.interface import (
+from heapwatch.agent.contract import (
     OTHER_FILE,
     OTHER_LINE,
     BlackBox,
