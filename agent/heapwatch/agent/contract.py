@@ -110,7 +110,7 @@ class CycleResult(NamedTuple):
     epoch: int | None = None
     """The epoch of the cycle's snapshot: its traces of age 0 were recorded
     in it.  The cycle began it, or stayed in it when less than the interval
-    had passed since it began (``heapwatch.agent.agent``)."""
+    had passed since it began (``heapwatch.agent.cycle``)."""
     epoch_started: float | None = None
     """A unix time no earlier than ``epoch`` began: ``timestamp`` of the cycle
     that began it, or of the first cycle that saw it (its beginning unknown)."""

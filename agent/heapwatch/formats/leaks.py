@@ -733,6 +733,11 @@ class LeakTracker(Generic[K]):
         self._first: Dict[K, Observation] = {}
         self._ages: Mapping[K, Ages] = {}
 
+    @property
+    def last_time(self) -> float | None:
+        """The time of the last cycle observed; None before the first."""
+        return self._now
+
     def observe(
         self,
         time: float,

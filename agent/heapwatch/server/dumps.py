@@ -207,7 +207,7 @@ def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeCl
     Its epoch began no later than the agent's last result says
     (``CycleResult.epoch_started``), and in any case before ``at``; each
     earlier epoch lasted at least the agent's interval (the agent begins none
-    sooner: ``heapwatch.agent.agent``), or an unknown time without an agent.
+    sooner: ``heapwatch.agent.cycle``), or an unknown time without an agent.
     """
     started = at
     interval = 0.0
