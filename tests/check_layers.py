@@ -210,6 +210,8 @@ def check(root: Path) -> list[str]:
                     f"{where}: {name} imports {imported}, behind the {theirs[1]}'s front "
                     f"door: from above the {theirs[1]}, import only {doors}"
                 )
+    # One line per import statement and module, however many names it takes.
+    problems = list(dict.fromkeys(problems))
     for cycle in _cycles(graph):
         problems.append("import cycle: " + " -> ".join(cycle))
     return problems

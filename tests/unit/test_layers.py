@@ -79,9 +79,9 @@ def test_an_agent_internal_imported_from_the_server_fails(tmp_path: Path) -> Non
     files["agent/heapwatch/agent/agent.py"] = ""
     files["agent/heapwatch/server/__init__.py"] = (
         "from heapwatch.agent.config import AgentConfig\n"
-        "from heapwatch.agent.agent import get_agent\n"
+        "from heapwatch.agent.agent import get_agent, start_agent\n"
     )
-    # When checked, then that line is named, and the doors to use instead
+    # When checked, then that line is named once, and the doors to use instead
     (problem,) = check_layers.check(tree(tmp_path, files))
     assert problem.startswith("agent/heapwatch/server/__init__.py:2: ")
     assert "imports heapwatch.agent.agent, behind the agent's front door" in problem
