@@ -127,7 +127,7 @@ def _peak_reset_works() -> bool:
 
 
 def _v1_cgroup(root: Path, usage: int, inactive: int = 0) -> Any:
-    from heapwatch.agent.container import MemoryCgroup
+    from heapwatch.runtime.container import MemoryCgroup
 
     root.mkdir(exist_ok=True)
     (root / "memory.limit_in_bytes").write_text(f"{LIMIT}\n")
@@ -201,7 +201,7 @@ class _TimedSource:
     the core's snapshot memory read just after it is taken."""
 
     def __init__(self, phases: _Phases) -> None:
-        from heapwatch.agent.source import CoreSource
+        from heapwatch.runtime.source import CoreSource
 
         self._inner = CoreSource()
         self._phases = phases
@@ -232,7 +232,7 @@ def _crossing(base: str, rss_method: str, phases: _Phases) -> dict[str, Any]:
     """One crossing into a fresh directory: its figures.  All of it runs
     as heapwatch's own work, as the watcher's thread does: the fixture's
     objects are not part of the heap measured, nor the dump's."""
-    from heapwatch.agent.threads import own_work
+    from heapwatch.runtime.threads import own_work
 
     with own_work():
         return _untraced_crossing(base, rss_method, phases)
@@ -292,8 +292,9 @@ def _import_all() -> None:
     own blocks are not the heap measured."""
     import resource  # noqa: F401
 
-    import heapwatch.agent.config
     import heapwatch.agent.threads
+
+    import heapwatch.agent.config
     import heapwatch.formats.dump
     import heapwatch.server.black_box
     import heapwatch.server.dumps  # noqa: F401
@@ -354,8 +355,8 @@ def child_idle(base: str) -> None:
     """The poll's cost when nothing crosses, as the watcher's thread pays it."""
     from heapwatch import _core
     from heapwatch.agent.config import AgentConfig
-    from heapwatch.agent.container import find_memory_cgroup, read_usage
-    from heapwatch.agent.threads import own_work
+    from heapwatch.runtime.container import find_memory_cgroup, read_usage
+    from heapwatch.runtime.threads import own_work
     from heapwatch.server.black_box import POLL_SECONDS, BlackBoxWatcher
     from heapwatch.server.dumps import DumpService
 

@@ -5,7 +5,7 @@ score of each non-leak, in exact mode and in sample mode at the default
     python benchmarks/leaks.py                 # the table, a few minutes
     python benchmarks/leaks.py --hours 1 --scenarios cache,leak_10k
 
-What runs: heapwatch.agent.leaks.LeakTracker, the real scorer, on a simulated
+What runs: heapwatch.formats.leaks.LeakTracker, the real scorer, on a simulated
 clock (10 s cycles, window 30 min, "old" = 8 cycles and more, the age bucket
 the agent would read).  What it is fed is a model, not the core: three hours
 of 1 GiB/min of churn through the real hooks would take hours here.  The
@@ -41,7 +41,7 @@ from typing import Callable, Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
 
-from heapwatch.agent.leaks import OLD_BUCKET, Ages, LeakTracker, Observation
+from heapwatch.formats.leaks import OLD_BUCKET, Ages, LeakTracker, Observation
 
 CYCLE = 10.0
 WINDOW = 1800.0

@@ -12,11 +12,21 @@ The layers, lowest first (docs/design/architecture.md draws them):
 1. ``heapwatch.formats``: the file formats (dumps, pprof), reports;
 2. ``heapwatch.tracemalloc``: the drop-in, whose Snapshot.dump()/load()
    write and read the dump format;
-3. ``heapwatch.agent``: the thread, the cycle, the component interface;
-4. ``heapwatch.server`` and ``heapwatch_exporters``: components of the
+3. ``heapwatch.runtime``: what every layer above runs on in the service's
+   process (threads, rate-limited problems, fork hooks, the core as a
+   snapshot source, the process's and the container's memory);
+4. ``heapwatch.agent``: the thread, the cycle, the component interface;
+5. ``heapwatch.server`` and ``heapwatch_exporters``: components of the
    agent, independent of each other;
-5. ``heapwatch.cli``, ``heapwatch.__main__``, the package's public face
+6. ``heapwatch.cli``, ``heapwatch.__main__``, the package's public face
    (``heapwatch/__init__``) and the auto-start hook's top-level module.
+
+A layer above the agent sees it through its front door only
+(``FRONT_DOORS``): ``heapwatch.agent.interface`` (what a cycle publishes,
+the protocols of its components, the process's agent: ``Agent``,
+``start_agent``, ``get_agent``, ``stop_agent``, which the public face and
+the exporters use) and ``heapwatch.agent.config`` (the settings), never its
+other modules.  ``SIDE_DOORS`` names the one exception, with its reason.
 
 Usage: ``python tools/check_layers.py [ROOT]`` (ROOT: the repository, by
 default the one holding this file); exit status 1 with one line per problem.
@@ -40,17 +50,29 @@ LAYERS: list[tuple[str, int, str]] = [
     ("heapwatch.dumpfile", 1, "formats"),
     ("heapwatch.tracemalloc", 2, "tracemalloc"),
     ("heapwatch._tm_snapshot", 2, "tracemalloc"),
-    ("heapwatch.agent", 3, "agent"),
-    ("heapwatch.server", 4, "server"),
-    ("heapwatch_exporters", 4, "exporters"),
-    ("heapwatch.cli", 5, "cli"),
-    ("heapwatch.__main__", 5, "cli"),
-    ("heapwatch", 5, "face"),
-    ("_heapwatch_pth", 5, "face"),
+    ("heapwatch.runtime", 3, "runtime"),
+    ("heapwatch.agent", 4, "agent"),
+    ("heapwatch.server", 5, "server"),
+    ("heapwatch_exporters", 5, "exporters"),
+    ("heapwatch.cli", 6, "cli"),
+    ("heapwatch.__main__", 6, "cli"),
+    ("heapwatch", 6, "face"),
+    ("_heapwatch_pth", 6, "face"),
 ]
 # Prefixes that stand for one module only, not the modules below them: a new
 # module under heapwatch/ must be given its layer here.
 EXACT = {"heapwatch", "_heapwatch_pth"}
+
+# The only modules of a group that the layers above it may import.
+FRONT_DOORS: dict[str, frozenset[str]] = {
+    "agent": frozenset({"heapwatch.agent.interface", "heapwatch.agent.config"}),
+}
+# (importer, imported) past a front door.  The auto-start hook's top-level
+# module imports heapwatch.agent.autostart, which reads HEAPWATCH_ENABLED
+# before it imports the agent: every Python process with heapwatch installed
+# and the variable set runs it, and the interface would import the whole
+# agent before knowing whether to start it.
+SIDE_DOORS = frozenset({("_heapwatch_pth", "heapwatch.agent.autostart")})
 
 SOURCES = (
     ("agent", "heapwatch"),
@@ -178,6 +200,18 @@ def check(root: Path) -> list[str]:
                     f"{where}: {name} ({mine[1]}) imports {imported} ({theirs[1]}): "
                     "siblings of one layer stay independent"
                 )
+            elif (
+                theirs[0] < mine[0]
+                and imported not in FRONT_DOORS.get(theirs[1], (imported,))
+                and (name, imported) not in SIDE_DOORS
+            ):
+                doors = ", ".join(sorted(FRONT_DOORS[theirs[1]]))
+                problems.append(
+                    f"{where}: {name} imports {imported}, behind the {theirs[1]}'s front "
+                    f"door: from above the {theirs[1]}, import only {doors}"
+                )
+    # One line per import statement and module, however many names it takes.
+    problems = list(dict.fromkeys(problems))
     for cycle in _cycles(graph):
         problems.append("import cycle: " + " -> ".join(cycle))
     return problems
@@ -189,7 +223,8 @@ def main(argv: list[str]) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:
-        print(f"layers: {len(modules(root))} modules, no upward import, no cycle")
+        count = len(modules(root))
+        print(f"layers: {count} modules, no upward import, none past a front door, no cycle")
     return 1 if problems else 0
 
 

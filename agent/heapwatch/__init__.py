@@ -18,9 +18,15 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from typing import Any
 
-    from heapwatch.agent.agent import Agent, get_agent, start_agent, stop_agent
     from heapwatch.agent.config import AgentConfig, ConfigError
-    from heapwatch.agent.interface import CycleResult, Site
+    from heapwatch.agent.interface import (
+        Agent,
+        CycleResult,
+        Site,
+        get_agent,
+        start_agent,
+        stop_agent,
+    )
 
 __all__ = [
     "Agent",
@@ -36,14 +42,15 @@ __all__ = [
 ]
 
 # Imported on first use, so that ``import heapwatch`` (and the auto-start
-# hook when it is off) stays light.
+# hook when it is off) stays light; from the agent's front door, as every
+# layer above the agent imports it.
 _LAZY = {
-    "Agent": "heapwatch.agent.agent",
+    "Agent": "heapwatch.agent.interface",
     "CycleResult": "heapwatch.agent.interface",
     "Site": "heapwatch.agent.interface",
-    "get_agent": "heapwatch.agent.agent",
-    "start_agent": "heapwatch.agent.agent",
-    "stop_agent": "heapwatch.agent.agent",
+    "get_agent": "heapwatch.agent.interface",
+    "start_agent": "heapwatch.agent.interface",
+    "stop_agent": "heapwatch.agent.interface",
     "AgentConfig": "heapwatch.agent.config",
     "ConfigError": "heapwatch.agent.config",
 }

@@ -29,7 +29,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode
 
-from heapwatch.agent.leaks import SUSPECT as LEAK_SUSPECT
+from heapwatch.formats.leaks import SUSPECT as LEAK_SUSPECT
 
 OUTPUT = Path(__file__).resolve().parent / "dashboard.json"
 

@@ -30,8 +30,8 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from heapwatch._version import __version__
 from heapwatch.agent.config import AgentConfig, env_value
 from heapwatch.agent.interface import AgentView, Readings, ReadingsSource
-from heapwatch.agent.problems import ProblemLog
-from heapwatch.agent.threads import start_thread
+from heapwatch.runtime.problems import ProblemLog
+from heapwatch.runtime.threads import start_thread
 from heapwatch_exporters._catalogue import (
     CATALOGUE,
     OTEL_ATTRIBUTE_FILE,

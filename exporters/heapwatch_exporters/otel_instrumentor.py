@@ -21,8 +21,8 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from heapwatch.agent.agent import Agent, get_agent, start_agent, stop_agent
 from heapwatch.agent.config import AgentConfig
+from heapwatch.agent.interface import Agent, get_agent, start_agent, stop_agent
 from heapwatch_exporters.otel import OtelExporter
 
 __all__ = ["HeapwatchInstrumentor"]

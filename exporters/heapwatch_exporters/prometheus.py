@@ -33,9 +33,8 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from heapwatch._version import __version__
-from heapwatch.agent.agent import Agent, get_agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.interface import AgentView, Readings, ReadingsSource
+from heapwatch.agent.interface import Agent, AgentView, Readings, ReadingsSource, get_agent
 from heapwatch_exporters._catalogue import CATALOGUE, LABEL_FILE, LABEL_LINE
 from heapwatch_exporters._catalogue import Metric as CatalogueMetric
 from heapwatch_exporters.process_collector import ProcessCollector

@@ -1,6 +1,6 @@
 """set_thread_traced(): a thread whose new blocks are not recorded.
 
-heapwatch's own threads call it (heapwatch.agent.threads), so that their
+heapwatch's own threads call it (heapwatch.runtime.threads), so that their
 work is never shown as the service's memory.  Only recording stops: the
 blocks such a thread frees or resizes lose their traces as any thread's do,
 and the other threads are traced as before.  Both modes; in sample mode at

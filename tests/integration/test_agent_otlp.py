@@ -149,7 +149,7 @@ CONTAINER_UNITS = {
 
 
 def expected_units() -> dict[str, str]:
-    from heapwatch.agent.container import find_memory_cgroup, read_container_memory
+    from heapwatch.runtime.container import find_memory_cgroup, read_container_memory
 
     units = dict(EXPECTED_UNITS)
     cgroup = find_memory_cgroup()

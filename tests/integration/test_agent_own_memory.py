@@ -22,7 +22,7 @@ import pytest
 import heapwatch
 from heapwatch import _core
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.threads import start_thread
+from heapwatch.runtime.threads import start_thread
 from heapwatch.server import dumps
 from heapwatch.server.dumps import DumpService
 from support.waiting import wait_for
@@ -152,7 +152,7 @@ def test_the_leak_trackers_history_is_not_the_services_memory(tracing: str) -> N
     finally:
         heapwatch.stop_agent()
     # Then the history (an observation per site and cycle) is not traced
-    leaks = heapwatch.agent.leaks.__file__
+    leaks = heapwatch.formats.leaks.__file__
     assert [f for _d, f, *_ in last.tracebacks() if f[0][0] == leaks] == []
     assert heapwatch_bytes(last) - first <= SLACK
     assert held

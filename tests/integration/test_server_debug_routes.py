@@ -19,10 +19,10 @@ from heapwatch import _core
 from heapwatch import tracemalloc as hw_tm
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.source import CoreSource
 from heapwatch.cli import main
 from heapwatch.formats.dump import read_dump
 from heapwatch.formats.pprof import decode_profile
+from heapwatch.runtime.source import CoreSource
 from heapwatch.server.dumps import DumpService, iter_traces
 from heapwatch.server.served_dumps import ServedDumpService
 from support.agent_model import ModelSource

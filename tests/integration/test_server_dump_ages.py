@@ -20,9 +20,9 @@ from heapwatch import _core
 from heapwatch import tracemalloc as hw_tm
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.leaks import Observation
 from heapwatch.cli import main
 from heapwatch.formats.dump import iter_dump, read_dump, write_dump
+from heapwatch.formats.leaks import Observation
 from heapwatch.server.dumps import DumpService, age_clock, dump_header, iter_traces
 from support.leak_recording import record_observations
 from support.waiting import wait_for

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from heapwatch import _core
-    from heapwatch.agent.source import SnapshotSource
+    from heapwatch.runtime.source import SnapshotSource
 
 Key = tuple[str, int]
 

@@ -10,7 +10,7 @@ from typing import Any, Optional, TypeVar
 import pytest
 
 import heapwatch.agent.agent as agent_module
-from heapwatch.agent.leaks import Ages, LeakTracker, Observation
+from heapwatch.formats.leaks import Ages, LeakTracker, Observation
 
 T = TypeVar("T")
 AgesGiven = Optional[Mapping[Any, Ages]]

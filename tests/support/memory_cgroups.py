@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import pytest
 
-from heapwatch.agent.container import find_memory_cgroup
+from heapwatch.runtime.container import find_memory_cgroup
 
 
 class ChildCgroup(NamedTuple):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from heapwatch import _core
-from heapwatch.agent.container import (
+from heapwatch.runtime.container import (
     NO_LIMIT_FLOOR,
     ContainerMemory,
     MemoryCgroup,

@@ -13,7 +13,7 @@ from heapwatch import HeapwatchError
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.interface import OTHER_FILE, OTHER_LINE, Site
-from heapwatch.agent.procmem import ProcessMemory
+from heapwatch.runtime.procmem import ProcessMemory
 from support.agent_model import FakeClock, ModelSource, TickingTimer
 from support.waiting import wait_for
 

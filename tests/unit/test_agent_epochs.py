@@ -14,7 +14,7 @@ import pytest
 
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.leaks import Observation
+from heapwatch.formats.leaks import Observation
 from support.agent_model import FakeClock, ModelSource
 from support.leak_recording import record_observations
 from support.waiting import wait_for

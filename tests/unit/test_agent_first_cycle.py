@@ -8,7 +8,7 @@ import time
 
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.procmem import ProcessMemory
+from heapwatch.runtime.procmem import ProcessMemory
 from support.agent_model import FakeClock, ModelSource, TickingTimer
 
 

@@ -1,4 +1,4 @@
-"""One line per distinct problem, rate-limited (heapwatch.agent.problems)."""
+"""One line per distinct problem, rate-limited (heapwatch.runtime.problems)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from heapwatch.agent.problems import ProblemLog
+from heapwatch.runtime.problems import ProblemLog
 
 
 class Clock:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from heapwatch.agent.procmem import (
+from heapwatch.runtime.procmem import (
     ProcessMemory,
+    compute_untraced,
     read_process_memory,
-    untraced,
 )
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "procmem"
@@ -32,6 +32,6 @@ def test_this_process_reads_its_own_resident_set() -> None:
 
 
 def test_untraced_is_resident_less_traced_and_tracer_never_below_zero() -> None:
-    assert untraced(1000, 300, 200) == 500
-    assert untraced(1000, 900, 200) == 0
-    assert untraced(None, 300, 200) is None
+    assert compute_untraced(1000, 300, 200) == 500
+    assert compute_untraced(1000, 900, 200) == 0
+    assert compute_untraced(None, 300, 200) is None

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from heapwatch.agent.threads import start_thread
+from heapwatch.runtime.threads import start_thread
 
 
 def test_an_error_in_a_thread_of_ours_is_one_log_line(

@@ -21,8 +21,8 @@ from opentelemetry.sdk.metrics.export import (
 
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.container import ContainerMemory, MemoryCgroup
-from heapwatch.agent.procmem import ProcessMemory
+from heapwatch.runtime.container import ContainerMemory, MemoryCgroup
+from heapwatch.runtime.procmem import ProcessMemory
 from heapwatch_exporters import otel
 from heapwatch_exporters.otel import OtelExporter, configured_meter_provider
 from support.agent_model import FakeClock, ModelSource, TickingTimer

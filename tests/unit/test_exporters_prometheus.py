@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from heapwatch import __version__
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.container import ContainerMemory
 from heapwatch.agent.interface import BlackBox, CycleResult, Readings, Site
+from heapwatch.runtime.container import ContainerMemory
 from heapwatch_exporters.prometheus import (
     HeapwatchCollector,
     PrometheusExporter,

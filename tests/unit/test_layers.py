@@ -1,5 +1,6 @@
 """The layer contract (tools/check_layers.py, run by `make lint`) holds, and
-fails on an upward import or a cycle, function-level imports included."""
+fails on an upward import, an import past the agent's front door or a cycle,
+function-level imports included."""
 
 from __future__ import annotations
 
@@ -69,6 +70,39 @@ def test_siblings_of_one_layer_stay_apart(tmp_path: Path) -> None:
     files["agent/heapwatch/server/__init__.py"] = "import heapwatch_exporters\n"
     (problem,) = check_layers.check(tree(tmp_path, files))
     assert "siblings" in problem
+
+
+def test_an_agent_internal_imported_from_the_server_fails(tmp_path: Path) -> None:
+    # Given the server importing the agent's thread module, past its front door
+    files = dict(MINIMAL)
+    files["agent/heapwatch/agent/agent.py"] = ""
+    files["agent/heapwatch/server/__init__.py"] = (
+        "from heapwatch.agent.config import AgentConfig\n"
+        "from heapwatch.agent.agent import get_agent, start_agent\n"
+    )
+    # When checked, then that line is named once, and the doors to use instead
+    (problem,) = check_layers.check(tree(tmp_path, files))
+    assert problem.startswith("agent/heapwatch/server/__init__.py:2: ")
+    assert "imports heapwatch.agent.agent, behind the agent's front door" in problem
+    assert problem.endswith("import only heapwatch.agent.config, heapwatch.agent.interface")
+
+
+def test_the_agents_front_door_is_open_to_every_layer_above(tmp_path: Path) -> None:
+    # Given the server, an exporter, the CLI and the face importing the
+    # agent's interface, and the auto-start hook its side door
+    files = dict(MINIMAL)
+    files["agent/heapwatch/agent/interface.py"] = "from heapwatch.agent import agent\n"
+    files["agent/heapwatch/agent/agent.py"] = "from heapwatch.agent import config\n"
+    files["agent/heapwatch/agent/autostart.py"] = "from heapwatch.agent import agent\n"
+    files["agent/heapwatch/server/__init__.py"] = "from heapwatch.agent import interface\n"
+    files["exporters/heapwatch_exporters/__init__.py"] = (
+        "from heapwatch.agent.interface import Readings\n"
+    )
+    files["agent/heapwatch/cli/__init__.py"] = "from heapwatch.agent.interface import get_agent\n"
+    files["agent/heapwatch/__init__.py"] = "from heapwatch.agent.interface import Agent\n"
+    files["agent/_heapwatch_pth.py"] = "import heapwatch.agent.autostart\n"
+    # Then nothing fails (inside the agent, its modules import one another)
+    assert check_layers.check(tree(tmp_path, files)) == []
 
 
 def test_a_cycle_within_a_layer_fails(tmp_path: Path) -> None:

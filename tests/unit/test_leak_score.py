@@ -1,4 +1,4 @@
-"""The leak score (heapwatch.agent.leaks): growth of surviving memory against
+"""The leak score (heapwatch.formats.leaks): growth of surviving memory against
 its noise, on series built by hand."""
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ from collections.abc import Callable
 
 import pytest
 
-from heapwatch.agent.leaks import OLD_BUCKET, Ages, LeakTracker, Observation, leak_score, ranked
+from heapwatch.formats.leaks import (
+    OLD_BUCKET,
+    Ages,
+    LeakTracker,
+    Observation,
+    leak_score,
+    rank_scores,
+)
 
 WINDOW = 1800.0
 CYCLE = 10.0
@@ -154,7 +161,7 @@ def test_the_tracker_counts_missing_sites_as_empty_and_ranks_suspects() -> None:
     suspects = tracker.suspects()
     assert [key for key, _ in suspects][:1] == ["leak"]
     assert tracker.scores()["blinking"].score < 0.5
-    assert [key for key, _ in ranked(tracker.scores().items(), 0.9)] == ["leak", "slow leak"]
+    assert [key for key, _ in rank_scores(tracker.scores().items(), 0.9)] == ["leak", "slow leak"]
 
 
 def test_the_tracker_forgets_what_left_a_window_ago() -> None:

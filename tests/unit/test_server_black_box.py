@@ -15,9 +15,9 @@ import pytest
 
 from heapwatch import _core
 from heapwatch.agent.config import AgentConfig, Threshold, parse_dump_at
-from heapwatch.agent.container import MemoryCgroup
 from heapwatch.agent.interface import BlackBox
 from heapwatch.formats.dump import DumpHeader, iter_dump, read_dump
+from heapwatch.runtime.container import MemoryCgroup
 from heapwatch.server import black_box as black_box_module
 from heapwatch.server.black_box import (
     MIN_SPACING_SECONDS,
@@ -283,7 +283,7 @@ def _black_box_file(
 
 
 def test_the_newest_black_box_of_a_gone_process_is_found_once(tmp_path: Path) -> None:
-    from heapwatch.agent.procmem import process_start
+    from heapwatch.runtime.procmem import process_start
 
     gone = "00000000-0000-0000-0000-000000000000:1"
     older = _black_box_file(tmp_path, 1_700_000_000.0, 4242, gone, "old.py")

@@ -18,8 +18,8 @@ import pytest
 import heapwatch.formats.dump as dump_format
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import DEFAULTS, AgentConfig
-from heapwatch.agent.procmem import ProcessMemory
 from heapwatch.formats.dump import DumpHeader, read_dump
+from heapwatch.runtime.procmem import ProcessMemory
 from heapwatch.server.dumps import (
     DumpService,
     dump_header,

@@ -2,13 +2,15 @@
 
 Every ``interval`` seconds, in a thread named ``heapwatch-agent`` (the
 OpenTelemetry ``PeriodicExportingMetricReader`` way: ``Event.wait(interval)``,
-one last cycle at shutdown), a cycle begins a new epoch (the age of a trace
+one last cycle at shutdown), the agent runs a cycle (``heapwatch.agent.cycle``,
+which knows nothing of the thread): it begins a new epoch (the age of a trace
 is the number of epochs begun since it was recorded), takes a snapshot
 (resetting the peak in the same critical section), groups it by line in C,
 diffs the top sites against the previous cycle's grouping, reads each site's
-share of the peak, scores the leaks (``heapwatch.agent.leaks``) and publishes
-a ``CycleResult``.  Components only read the last result: a scrape never
-takes a snapshot.
+share of the peak, scores the leaks (``heapwatch.formats.leaks``); the agent
+publishes its ``CycleResult``.  Components only read the last result: a
+scrape never takes a snapshot.  This module is the thread's life: start,
+the cycles' timing and publication, components, exit and fork.
 
 Every epoch but the current one lasts at least ``interval``: a cycle begins
 one only when that long has passed since the current one began, and a cycle
@@ -38,52 +40,37 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from heapwatch._errors import HeapwatchError
 from heapwatch.agent import plugins
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.container import (
-    ContainerMemory,
-    MemoryCgroup,
-    find_memory_cgroup,
-    read_container_memory,
-)
-from heapwatch.agent.forks import call_in_forked_child
-from heapwatch.agent.interface import (
-    OTHER_FILE,
-    OTHER_LINE,
+from heapwatch.agent.contract import (
     BlackBox,
     Component,
     CycleResult,
     Readings,
     Routes,
     Server,
-    Site,
-    site_of,
 )
-from heapwatch.agent.leaks import (
-    FLOOR_BYTES,
-    OLD_BUCKET,
-    SUSPECT,
-    Ages,
-    LeakScore,
-    LeakTracker,
-    Observation,
-    aged,
-    observed,
-    ranked,
+from heapwatch.agent.cycle import CycleReaders, CycleSettings, CycleState, compose_cycle
+from heapwatch.formats.leaks import LeakScore, LeakTracker
+from heapwatch.runtime.container import (
+    ContainerMemory,
+    MemoryCgroup,
+    find_memory_cgroup,
+    read_container_memory,
 )
-from heapwatch.agent.procmem import (
+from heapwatch.runtime.forks import call_in_forked_child
+from heapwatch.runtime.procmem import (
     NATIVE_HEAP_SOURCE,
     NATIVE_HEAP_UNAVAILABLE,
     ProcessMemory,
     read_process_memory,
-    untraced,
 )
-from heapwatch.agent.source import CoreSource, SnapshotSource
-from heapwatch.agent.threads import (
+from heapwatch.runtime.source import CoreSource, SnapshotSource
+from heapwatch.runtime.threads import (
     outlive_nobody,
     own_work,
     owned,
@@ -99,9 +86,6 @@ __all__ = ["AT_EXIT_TIMEOUT", "Agent", "get_agent", "start_agent", "stop_agent"]
 log = logging.getLogger("heapwatch.agent")
 
 AT_EXIT_TIMEOUT = 2.0
-# A watched site stays watched down to this many bytes (it starts at the
-# score's floor, FLOOR_BYTES): a site hovering at the floor keeps its series.
-WATCH_LOW = FLOOR_BYTES / 8
 
 
 def _shutdown_failed(exporter: Component, exc: Exception) -> None:
@@ -199,11 +183,11 @@ class Agent:
         (set by the ``/debug/`` routes, whose diff compares with it)."""
         self._mode = self.config.mode
         self._sample_interval = self.config.reported_sample_interval
+        # What each cycle hands the next (heapwatch.agent.cycle), guarded by
+        # _cycle_lock.  _init_state keeps of it only when the core's epoch
+        # began: a forked child's core carries on in the parent's epoch.
+        self._cycle_state = CycleState()
         self._init_state()
-        # An epoch of the core, and a timer reading and a unix time no earlier
-        # than it began.  Not in _init_state: a forked child's core carries on
-        # in the parent's epoch.
-        self._epoch_began: tuple[int, float, float] | None = None
         self._owns_tracing = False
         self._fork_hook_registered = False
         self._restart_hook_registered = False
@@ -220,13 +204,9 @@ class Agent:
         self._state = _IDLE
         self._thread: threading.Thread | None = None
         self._server: Server | None = None
-        self._previous: Any = None
-        self._previous_sizes: dict[tuple[str, int], int] = {}
+        self._cycle_state = self._cycle_state.in_forked_child()  # a baseline of its own
         self._leaks: LeakTracker[tuple[str, int]] = LeakTracker(self.config.leak_window)
-        self._watched: set[tuple[str, int]] = set()
-        self._leak_time: float | None = None
         self._scores: Mapping[tuple[str, int], LeakScore] = {}
-        self._previous_traced = 0
         self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
         self._last_cycle = True
@@ -377,200 +357,38 @@ class Agent:
     # ---- the cycle -----------------------------------------------------------
 
     def _cycle(self) -> CycleResult:
-        started = self._timer()
-        if self._begins_epoch(started):
-            self._source.next_epoch()
-        snapshot = self._source.take_snapshot()
-        timestamp = self._clock()
-        traced = snapshot.traced
-        groups = snapshot.group("lineno", ages=True)
-        # The first cycle is the baseline: no growth.
-        previous = self._previous if self._previous is not None else groups
-        previous_traced = self._previous_traced if self._previous is not None else traced
-        top = groups.growth(previous, self.config.top) if self.config.top > 0 else []
-        top_keys = {site_of(row[0]) for row in top}
-        ages = self._watchable(groups)
-        scores = self._score_leaks(started, ages, snapshot.epoch)
-        suspects = [key for key, _score in ranked(scores.items(), SUSPECT)]
-        # Sites by peak, those whose memory is all gone included (a site
-        # that allocated and freed within the interval made the peak too).
-        by_peak = self._by_peak(groups, top_keys | set(suspects[: self.config.top * 2]))
-        peaks = {site_of(row[0]): row[3] for row in by_peak}
-        known = {site_of(row[0]): (row[1], row[2]) for row in by_peak}
-        known.update((site_of(row[0]), (row[1], row[2])) for row in ages)
-        previous_sizes = self._previous_sizes
-        all_previous: dict[tuple[str, int], int] | None = None
-
-        def previous_size(key: tuple[str, int]) -> int:
-            nonlocal all_previous
-            if key in previous_sizes:
-                return previous_sizes[key]
-            if all_previous is None:
-                # Rarely: a site exported now that was small last cycle.
-                all_previous = {site_of(row[0]): row[1] for row in self._previous.statistics()}
-            return all_previous.get(key, 0)
-
-        def site(key: tuple[str, int], growth: int | None = None) -> Site:
-            size, count = known.get(key, (0, 0))
-            if growth is None:
-                growth = 0 if self._previous is None else size - previous_size(key)
-            score = scores.get(key)
-            return Site(
-                key[0],
-                key[1],
-                size,
-                count,
-                growth,
-                peaks.get(key, 0),
-                score.score if score is not None else 0.0,
-                score.rate if score is not None else 0.0,
-            )
-
-        sites = [site(site_of(row[0]), row[2]) for row in top]
-        exported = {(s.file, s.line) for s in sites}
-
-        def add(keys: Iterator[tuple[str, int]]) -> None:
-            added = 0
-            for key in keys:
-                if added >= self.config.top:
-                    break
-                if key not in exported:
-                    exported.add(key)
-                    sites.append(site(key))
-                    added += 1
-
-        # Then the top sites by peak that are not among them: what made the
-        # peak gets a series even when it is gone by the end of the interval.
-        add(site_of(row[0]) for row in by_peak if row[3] > 0)
-        # Then the leak suspects: a young leak gets its series as soon as it
-        # is suspected, long before it is among the biggest.
-        add(iter(suspects))
-        # <other> is what the exported sites leave of the totals, so sums
-        # over sites equal the totals exactly (sites that vanished included).
-        sites.append(
-            Site(
-                OTHER_FILE,
-                OTHER_LINE,
-                traced - sum(s.size for s in sites),
-                max(0, snapshot.blocks - sum(s.blocks for s in sites)),
-                (traced - previous_traced) - sum(s.growth for s in sites),
-                snapshot.peak - sum(s.peak for s in sites),
-                None,
-                None,
-            )
+        # Under _cycle_lock: one cycle at a time hands its state to the next.
+        cycle = compose_cycle(
+            self._source,
+            self._cycle_state,
+            self._leaks,
+            CycleSettings(
+                top=self.config.top,
+                interval=self.config.interval,
+                sample_interval=self._sample_interval,
+                retain_snapshot=self.retain_last_snapshot,
+            ),
+            CycleReaders(
+                clock=self._clock,
+                timer=self._timer,
+                memory=self._read_memory,
+                container=self._read_container_memory,
+            ),
         )
-        dropped = self._source.dropped()
-        tracer_memory = self._source.tracer_memory()
-        # Read beside the snapshot, so that the untraced figure compares
-        # figures of one moment.
+        self._cycle_state = cycle.state
+        self._scores = cycle.scores
+        # One assignment: a reader gets a snapshot and its own time.
+        self._last_snapshot = cycle.last_snapshot
+        return cycle.result
+
+    def _read_memory(self) -> ProcessMemory:
+        # The first cycle's was read at start (see start()).
         memory, self._start_memory = self._start_memory or self._memory(), None
+        return memory
+
+    def _read_container_memory(self) -> ContainerMemory | None:
         cgroup = self._cgroup
-        container = self._read_container(cgroup) if cgroup is not None else None
-        # Releases code objects no trace refers to any more.
-        self._source.drain()
-        self._previous = groups
-        self._previous_sizes = {key: size for key, (size, _count) in known.items()}
-        self._previous_traced = traced
-        # One assignment: a reader gets a snapshot and its own time.  The
-        # diff's baseline needs no traces: a snapshot of its own (a pass over
-        # the tracebacks, the same moment give or take a few microseconds)
-        # lets the cycle's copy of every trace go now, not an interval later.
-        self._last_snapshot = (
-            (self._source.snapshot(traces=False), timestamp) if self.retain_last_snapshot else None
-        )
-        finished = self._timer()
-        began = self._epoch_began
-        if began is None or began[0] != snapshot.epoch:
-            # Both read after the snapshot, so after its epoch began (a cycle
-            # that failed after beginning one leaves it unknown till now).
-            began = self._epoch_began = (snapshot.epoch, finished, timestamp)
-        return CycleResult(
-            timestamp=timestamp,
-            duration=max(0.0, finished - started),
-            traced=traced,
-            peak=snapshot.peak,
-            blocks=snapshot.blocks,
-            tracer_memory=tracer_memory,
-            dropped=dropped,
-            sites=tuple(sites),
-            resident=memory.resident,
-            untraced=untraced(memory.resident, traced, tracer_memory),
-            native_in_use=memory.native_in_use,
-            native_retained=memory.native_retained,
-            epoch=snapshot.epoch,
-            epoch_started=began[2],
-            container=container,
-        )
-
-    def _begins_epoch(self, now: float) -> bool:
-        """Whether the cycle starting at ``now`` begins an epoch: the first
-        since tracing started (epoch 0) may end at once, any other once
-        ``interval`` has passed since it began (an epoch the agent has not
-        seen begin, from the first cycle that saw it)."""
-        epoch = self._source.current_epoch()
-        if epoch == 0:
-            return True
-        began = self._epoch_began
-        return began is not None and began[0] == epoch and now - began[1] >= self.config.interval
-
-    def _watchable(self, groups: Any) -> list[tuple[Any, int, int, Sequence[int]]]:
-        """The sites by size, with their bytes by age, down to the first one
-        under WATCH_LOW: a few hundred rows, where all of them would cost tens
-        of milliseconds at thousands of sites (each row's lines resolved)."""
-        limit = max(64, 2 * len(self._watched))
-        while True:
-            rows: list[tuple[Any, int, int, Sequence[int]]] = groups.ages(limit)
-            if len(rows) < limit or rows[-1][1] < WATCH_LOW:
-                return rows
-            limit *= 4
-
-    def _by_peak(
-        self, groups: Any, needed: set[tuple[str, int]]
-    ) -> list[tuple[Any, int, int, int]]:
-        """The sites by peak, down to the top ones not among ``needed`` and
-        every one of ``needed`` with a peak (the rest have none): rows ordered
-        by peak, so a missing site has no more than the last row's."""
-        limit = 2 * self.config.top + len(needed) + 16
-        while True:
-            rows: list[tuple[Any, int, int, int]] = groups.peaks(limit)
-            if len(rows) < limit or rows[-1][3] == 0:
-                return rows
-            if needed <= {site_of(row[0]) for row in rows}:
-                return rows
-            limit *= 4
-
-    def _score_leaks(
-        self, now: float, ages: Sequence[tuple[Any, int, int, Sequence[int]]], epoch: int
-    ) -> dict[tuple[str, int], LeakScore]:
-        """Feeds the leak tracker this cycle's sites, with their bytes by age
-        at ``epoch`` (the snapshot's), and scores them.
-
-        A site is watched from the cycle its live bytes reach FLOOR_BYTES
-        (growth smaller than that never scores above 0.02: a site below it
-        cannot be a suspect) until they fall under an eighth of it, so that
-        the window holds a few hundred series, not every line that ever
-        allocated; before it is watched a site counts as holding nothing.
-        """
-        sites: dict[tuple[str, int], Observation] = {}
-        by_age: dict[tuple[str, int], Ages] = {}
-        for frames, size, count, histogram in ages:
-            key = site_of(frames)
-            if size < FLOOR_BYTES and not (key in self._watched and size >= WATCH_LOW):
-                continue
-            # Memory that survived OLD_EPOCHS cycles: the churn of the same
-            # line is left out of it.
-            old = float(sum(histogram[OLD_BUCKET:]))
-            sites[key] = observed(now, size, old, self._sample_interval)
-            by_age[key] = aged(histogram, count, epoch, self._sample_interval)
-        self._watched = set(sites)
-        # A timer that did not move (an injected one) adds no point to the
-        # series: the tracker needs increasing times.
-        if self._leak_time is None or now > self._leak_time:
-            self._leak_time = now
-            self._leaks.observe(now, sites, by_age)
-        scores = self._leaks.scores()
-        self._scores = scores
-        return scores
+        return self._read_container(cgroup) if cgroup is not None else None
 
     def _cycle_safely(self) -> None:
         try:
@@ -616,7 +434,7 @@ class Agent:
     def _start_exporter(self, exporter: Component) -> bool:
         try:
             # Threads an exporter's libraries start are born with the
-            # service's signals blocked too (heapwatch.agent.threads).
+            # service's signals blocked too (heapwatch.runtime.threads).
             with signals_blocked():
                 exporter.start(self)
         except Exception as exc:

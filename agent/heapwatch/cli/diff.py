@@ -7,17 +7,14 @@ from typing import TYPE_CHECKING
 
 from heapwatch.cli.dump_input import (
     add_report_options,
+    format_when,
     group,
     open_input,
     print_report,
     run_guarded,
-    when,
 )
 from heapwatch.formats.report import diff_report
-from heapwatch.tracemalloc.objects import (
-    StatisticDiff,
-    _compare_grouped_stats,
-)
+from heapwatch.tracemalloc.objects import compare_grouped_stats, sort_diffs
 from heapwatch.tracemalloc.raw import raw_diffs
 
 if TYPE_CHECKING:
@@ -31,9 +28,11 @@ def _diff(options: argparse.Namespace) -> int:
     old_grouped = group(old, options.key_type, options.cumulative)
     new = open_input(options, options.new)
     new_grouped = group(new, options.key_type, options.cumulative)
-    diffs = _compare_grouped_stats(old_grouped.by_traceback, new_grouped.by_traceback)
-    diffs.sort(key=StatisticDiff._sort_key, reverse=True)
-    notes = [f"from {old.path} ({when(old.meta)})", f"to {new.path} ({when(new.meta)})"]
+    diffs = sort_diffs(compare_grouped_stats(old_grouped.by_traceback, new_grouped.by_traceback))
+    notes = [
+        f"from {old.path} ({format_when(old.meta)})",
+        f"to {new.path} ({format_when(new.meta)})",
+    ]
     if old.mode != new.mode:
         notes.append(f"{old.path} was taken in {old.mode} mode, {new.path} in {new.mode} mode")
     report = diff_report(

@@ -39,6 +39,7 @@ __all__ = [
     "add_inflate_option",
     "add_pickle_option",
     "add_report_options",
+    "format_when",
     "group",
     "open_input",
     "open_snapshot_file",
@@ -47,7 +48,6 @@ __all__ = [
     "print_text",
     "run_guarded",
     "timestamp",
-    "when",
     "write_output",
 ]
 
@@ -130,7 +130,7 @@ def timestamp(meta: dict[str, Any]) -> float | None:
     return None
 
 
-def when(meta: dict[str, Any]) -> str:
+def format_when(meta: dict[str, Any]) -> str:
     stamp = timestamp(meta)
     if stamp is None:
         return "time unknown"

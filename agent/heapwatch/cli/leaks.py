@@ -1,6 +1,6 @@
 """``heapwatch leaks DUMP DUMP...``: the leak suspects of one process from a
 series of its dumps, scored by the agent's own scorer
-(``heapwatch.agent.leaks``) and shown as ``/debug/heapwatch/leaks`` shows them.
+(``heapwatch.formats.leaks``) and shown as ``/debug/heapwatch/leaks`` shows them.
 
 The agent scores a site each cycle from its live bytes and its bytes at
 least ``OLD_EPOCHS`` cycles old.  A dump holds each live trace's age, so the
@@ -26,25 +26,14 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from heapwatch.agent.config import DEFAULTS, parse_leak_window
-from heapwatch.agent.leaks import (
-    FLOOR_BYTES,
-    OLD_EPOCHS,
-    SHORTEST_SPAN,
-    SUSPECT,
-    LeakTracker,
-    Observation,
-    aged,
-    observed,
-    ranked,
-)
 from heapwatch.cli.dump_input import (
     InputError,
     add_inflate_option,
+    format_when,
     limit_type,
     parsed_by,
     print_text,
     run_guarded,
-    when,
 )
 from heapwatch.formats.dump import AgeClock, DumpHeader, iter_dump, sniff
 from heapwatch.formats.estimates import round_count, weigher
@@ -53,6 +42,17 @@ from heapwatch.formats.leak_report import (
     format_leaks_text,
     leaks_to_json,
     suspect_of,
+)
+from heapwatch.formats.leaks import (
+    FLOOR_BYTES,
+    OLD_EPOCHS,
+    SHORTEST_SPAN,
+    SUSPECT,
+    LeakTracker,
+    Observation,
+    observe_ages,
+    observe_site,
+    rank_scores,
 )
 
 if TYPE_CHECKING:
@@ -223,8 +223,9 @@ def _leaks(options: argparse.Namespace) -> int:
     window = _window(options, last)
     notes = [
         f"{len(dumps)} dumps of pid {last.header.pid}, from "
-        f"{when({'timestamp': dumps[0].header.timestamp})} to "
-        f"{when({'timestamp': last.header.timestamp})}; the epochs from the ages of what survived"
+        f"{format_when({'timestamp': dumps[0].header.timestamp})} to "
+        f"{format_when({'timestamp': last.header.timestamp})}; "
+        "the epochs from the ages of what survived"
     ]
     start = dumps[0].clock.epoch
     history = date(end) - date(start)
@@ -262,18 +263,18 @@ def _leaks(options: argparse.Namespace) -> int:
             live = max(_recorded_by(dump, site, epoch - 1) for dump in later)
             old = max(_recorded_by(dump, site, epoch - OLD_EPOCHS) for dump in later)
             if live or old:
-                observations[site] = observed(at, live, old, interval)
+                observations[site] = observe_site(at, live, old, interval)
         # The ages of the last epoch are the last dump's, as the agent's
         # cycle had them (only the last cycle's are scored).
         ages = None
         if epoch == end:
             ages = {
-                site: aged(histogram, blocks, end, interval)
+                site: observe_ages(histogram, blocks, end, interval)
                 for site, (histogram, blocks) in last.ages.items()
                 if site in observations
             }
         tracker.observe(at, observations, ages)
-    suspects = ranked(tracker.scores().items(), SUSPECT)[: options.limit]
+    suspects = rank_scores(tracker.scores().items(), SUSPECT)[: options.limit]
     rows: dict[Site, list[Any]] = {site: [] for site, _score in suspects}
     for frames, (size, count, histogram) in last.tracebacks.items():
         if frames[0] in rows:

@@ -16,7 +16,7 @@ from heapwatch.cli.dump_input import (
 )
 from heapwatch.formats.report import min_age_note, top_report
 from heapwatch.server.black_box import black_box_note
-from heapwatch.tracemalloc.objects import Statistic
+from heapwatch.tracemalloc.objects import sort_statistics
 from heapwatch.tracemalloc.raw import raw_statistics
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ __all__ = ["add_parser"]
 def _top(options: argparse.Namespace) -> int:
     source = open_input(options, options.file)
     grouped = group(source, options.key_type, options.cumulative)
-    stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
+    stats = sort_statistics(grouped.by_traceback.values())
     notes = []
     why = black_box_note(source.meta)
     if why is not None:

@@ -1,7 +1,7 @@
 """The leaks report, as text or JSON: one layout for the agent's
 ``/debug/heapwatch/leaks`` and the ``heapwatch leaks`` command.
 
-Each suspect is a line, ranked by its leak score (``heapwatch.agent.leaks``)
+Each suspect is a line, ranked by its leak score (``heapwatch.formats.leaks``)
 then its rate, with its live memory, that memory's age profile and the
 tracebacks holding it.  A suspect is built from rows shaped as the core's
 ``Groups.ages()`` rows of a grouping by traceback: ``(frames, size, count,

@@ -48,16 +48,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Callable
 
-from heapwatch.agent.container import (
+from heapwatch.agent.interface import BlackBox
+from heapwatch.runtime.container import (
     MemoryCgroup,
     read_limit,
     read_usage,
     read_working_set,
 )
-from heapwatch.agent.interface import BlackBox
-from heapwatch.agent.problems import ProblemLog
-from heapwatch.agent.procmem import process_start, read_process_memory, untraced
-from heapwatch.agent.threads import start_thread
+from heapwatch.runtime.problems import ProblemLog
+from heapwatch.runtime.procmem import compute_untraced, process_start, read_process_memory
+from heapwatch.runtime.threads import start_thread
 from heapwatch.server.dumps import (
     BLACK_BOX_KIND,
     list_dump_entries,
@@ -479,7 +479,7 @@ class BlackBoxWatcher:
             pid=os.getpid(),
             mode=snap.mode,
             traced=snap.traced,
-            untraced=untraced(resident, snap.traced, tracer),
+            untraced=compute_untraced(resident, snap.traced, tracer),
             tracer=tracer,
             sites=sites,
             dump=path,

@@ -37,7 +37,6 @@ from urllib.parse import parse_qs
 
 from heapwatch.agent.config import parse_age
 from heapwatch.agent.interface import site_of
-from heapwatch.agent.leaks import SUSPECT, ranked
 from heapwatch.formats.dump import write_dump
 from heapwatch.formats.leak_report import (
     AgesRow,
@@ -46,6 +45,7 @@ from heapwatch.formats.leak_report import (
     leaks_to_json,
     suspect_of,
 )
+from heapwatch.formats.leaks import SUSPECT, rank_scores
 from heapwatch.formats.pprof import encode_heap_profile, heap_samples_from_tracebacks
 from heapwatch.formats.report import (
     KEY_TYPES,
@@ -59,7 +59,7 @@ from heapwatch.formats.report import (
 from heapwatch.server.dumps import DumpService, age_clock, iter_traces
 from heapwatch.server.termination_log import crossing
 from heapwatch.tracemalloc.grouping import group_counted
-from heapwatch.tracemalloc.objects import Statistic
+from heapwatch.tracemalloc.objects import sort_statistics
 from heapwatch.tracemalloc.raw import raw_statistics
 
 if TYPE_CHECKING:
@@ -284,7 +284,7 @@ def _top_of_old(
         snap.mode,
         snap.sample_interval,
     )
-    stats = sorted(grouped.by_traceback.values(), key=Statistic._sort_key, reverse=True)
+    stats = sort_statistics(grouped.by_traceback.values())
     return top_report(
         raw_statistics(stats),
         grouped.total,
@@ -327,7 +327,7 @@ def leaks_of(
     a snapshot taken with its traces (``snapshot()``, only when there are
     suspects) at ``at``: how old it is and which tracebacks hold it."""
     readings = agent.readings()
-    suspects = ranked(agent.leak_scores().items(), SUSPECT)[:limit]
+    suspects = rank_scores(agent.leak_scores().items(), SUSPECT)[:limit]
     rows: dict[tuple[str, int], list[AgesRow]] = {site: [] for site, _score in suspects}
     mode, interval = readings.mode, readings.sample_interval
     clock = None

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, Union
 
 from heapwatch import _core
 from heapwatch._version import __version__
-from heapwatch.agent.forks import call_before_fork
-from heapwatch.agent.problems import ProblemLog
-from heapwatch.agent.procmem import ProcessMemory, read_process_memory, untraced
-from heapwatch.agent.source import CoreSource
-from heapwatch.agent.threads import start_thread
+from heapwatch.runtime.forks import call_before_fork
+from heapwatch.runtime.problems import ProblemLog
+from heapwatch.runtime.procmem import ProcessMemory, compute_untraced, read_process_memory
+from heapwatch.runtime.source import CoreSource
+from heapwatch.runtime.threads import start_thread
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -86,7 +86,7 @@ _AGE = operator.itemgetter(4)
 
 
 class DumpSource(Protocol):
-    """Where the dumps' snapshots come from (``heapwatch.agent.source.CoreSource``)."""
+    """Where the dumps' snapshots come from (``heapwatch.runtime.source.CoreSource``)."""
 
     def snapshot(self, traces: bool) -> _core.Snapshot:
         """A snapshot of the tracer now (with every trace if ``traces``);
@@ -104,7 +104,7 @@ def _memory_extra(traced: int, tracer: int, memory: ProcessMemory) -> dict[str, 
     figures = {
         "tracer_memory": tracer,
         "resident": memory.resident,
-        "untraced": untraced(memory.resident, traced, tracer),
+        "untraced": compute_untraced(memory.resident, traced, tracer),
         "native_heap_in_use": memory.native_in_use,
         "native_heap_retained": memory.native_retained,
     }
@@ -207,7 +207,7 @@ def age_clock(snap: _core.Snapshot, at: float, agent: AgentView | None) -> AgeCl
     Its epoch began no later than the agent's last result says
     (``CycleResult.epoch_started``), and in any case before ``at``; each
     earlier epoch lasted at least the agent's interval (the agent begins none
-    sooner: ``heapwatch.agent.agent``), or an unknown time without an agent.
+    sooner: ``heapwatch.agent.cycle``), or an unknown time without an agent.
     """
     started = at
     interval = 0.0

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from heapwatch import _core
-from heapwatch.agent.problems import ProblemLog
-from heapwatch.agent.threads import start_thread
+from heapwatch.runtime.problems import ProblemLog
+from heapwatch.runtime.threads import start_thread
 from heapwatch.server.router import Router
 
 if TYPE_CHECKING:

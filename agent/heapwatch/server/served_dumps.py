@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from heapwatch.agent.container import read_limit
+from heapwatch.runtime.container import read_limit
 from heapwatch.server.black_box import BlackBoxWatcher, report_previous_black_box
 from heapwatch.server.dumps import DumpService
 

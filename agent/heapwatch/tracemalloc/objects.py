@@ -14,7 +14,7 @@ the two modules apart.
 from __future__ import annotations
 
 import linecache
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import total_ordering
 from typing import TYPE_CHECKING, ClassVar, Union, cast, overload
 
@@ -310,7 +310,19 @@ class StatisticDiff:
         return (abs(self.size_diff), self.size, abs(self.count_diff), self.count, self.traceback)
 
 
-def _compare_grouped_stats(
+def sort_statistics(stats: Iterable[Statistic]) -> list[Statistic]:
+    """``stats`` biggest first, as ``Snapshot.statistics()`` orders them: by
+    size, count and traceback."""
+    return sorted(stats, key=Statistic._sort_key, reverse=True)
+
+
+def sort_diffs(diffs: Iterable[StatisticDiff]) -> list[StatisticDiff]:
+    """``diffs`` biggest change first, as ``Snapshot.compare_to()`` orders
+    them: by |size_diff|, size, |count_diff|, count and traceback."""
+    return sorted(diffs, key=StatisticDiff._sort_key, reverse=True)
+
+
+def compare_grouped_stats(
     old_group: dict[Traceback, Statistic], new_group: dict[Traceback, Statistic]
 ) -> list[StatisticDiff]:
     """One StatisticDiff per traceback of either group (unsorted); consumes old_group."""

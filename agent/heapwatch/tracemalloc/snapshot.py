@@ -26,8 +26,10 @@ from heapwatch.tracemalloc.objects import (
     Statistic,
     StatisticDiff,
     Traceback,
-    _compare_grouped_stats,
     _Traces,
+    compare_grouped_stats,
+    sort_diffs,
+    sort_statistics,
 )
 
 if TYPE_CHECKING:
@@ -243,9 +245,7 @@ class Snapshot:
         checked = check_key_type(key_type, cumulative)
         if self._source is not None:
             return self._core_statistics(checked, cumulative)
-        stats = list(self._group_by(checked, cumulative).values())
-        stats.sort(reverse=True, key=Statistic._sort_key)
-        return stats
+        return sort_statistics(self._group_by(checked, cumulative).values())
 
     def compare_to(
         self, old_snapshot: Snapshot, key_type: str, cumulative: bool = False
@@ -267,11 +267,11 @@ class Snapshot:
                     checked, cumulative
                 ).compare(old)
             ]
-        diffs = _compare_grouped_stats(
-            old_snapshot._group_by(checked, cumulative), self._group_by(checked, cumulative)
+        return sort_diffs(
+            compare_grouped_stats(
+                old_snapshot._group_by(checked, cumulative), self._group_by(checked, cumulative)
+            )
         )
-        diffs.sort(reverse=True, key=StatisticDiff._sort_key)
-        return diffs
 
 
 def _restore(

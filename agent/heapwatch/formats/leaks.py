@@ -169,9 +169,10 @@ __all__ = [
     "LeakScore",
     "LeakTracker",
     "Observation",
-    "aged",
     "leak_score",
-    "observed",
+    "observe_ages",
+    "observe_site",
+    "rank_scores",
 ]
 
 SPANS = (0.6, 0.8, 1.0)
@@ -268,16 +269,18 @@ class LeakScore(NamedTuple):
 NO_LEAK = LeakScore(0.0, 0.0, "old", 0.0)
 
 
-def observed(time: float, live: float, old: float, sample_interval: int) -> Observation:
+def observe_site(time: float, live: float, old: float, sample_interval: int) -> Observation:
     """A site's observation from its live and old bytes, estimated (in
     sample mode, ``sample_interval`` > 0) or exact (0): an estimate of n
     bytes has a variance of about n x the sample interval."""
     return Observation(time, live, old, live * sample_interval, old * sample_interval)
 
 
-def aged(histogram: Sequence[float], blocks: float, epoch: int, sample_interval: int) -> Ages:
+def observe_ages(
+    histogram: Sequence[float], blocks: float, epoch: int, sample_interval: int
+) -> Ages:
     """A site's Ages from its bytes by age bucket, its live blocks and the
-    current epoch, each bucket's variance as ``observed`` has it."""
+    current epoch, each bucket's variance as ``observe_site`` has it."""
     return Ages(
         tuple(float(b) for b in histogram),
         tuple(float(b) * sample_interval for b in histogram),
@@ -730,6 +733,11 @@ class LeakTracker(Generic[K]):
         self._first: Dict[K, Observation] = {}
         self._ages: Mapping[K, Ages] = {}
 
+    @property
+    def last_time(self) -> float | None:
+        """The time of the last cycle observed; None before the first."""
+        return self._now
+
     def observe(
         self,
         time: float,
@@ -795,10 +803,10 @@ class LeakTracker(Generic[K]):
 
     def suspects(self, threshold: float = 0.5) -> List[Tuple[K, LeakScore]]:
         """Sites scoring at least threshold, by score then rate, descending."""
-        return ranked(self.scores().items(), threshold)
+        return rank_scores(self.scores().items(), threshold)
 
 
-def ranked(
+def rank_scores(
     scores: Iterable[Tuple[K, LeakScore]], threshold: float = 0.0
 ) -> List[Tuple[K, LeakScore]]:
     """(site, score) pairs at or above threshold, by score then rate, descending."""

@@ -19,9 +19,9 @@ __all__ = [
     "NATIVE_HEAP_UNAVAILABLE",
     "STATM",
     "ProcessMemory",
+    "compute_untraced",
     "process_start",
     "read_process_memory",
-    "untraced",
 ]
 
 STATM = "/proc/self/statm"
@@ -69,7 +69,7 @@ def read_process_memory(statm: str = STATM, native_heap: NativeHeap | None = Non
     return ProcessMemory(_resident(statm), in_use, retained)
 
 
-def untraced(resident: int | None, traced: int, tracer: int) -> int | None:
+def compute_untraced(resident: int | None, traced: int, tracer: int) -> int | None:
     """Resident bytes neither traced nor the tracer's own; never below 0.
 
     Traced bytes are allocated, not necessarily resident (pages of a large

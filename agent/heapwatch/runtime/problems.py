@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from heapwatch.agent.forks import call_in_forked_child
+from heapwatch.runtime.forks import call_in_forked_child
 
 __all__ = ["DEFAULT_WINDOW", "ProblemLog"]
 

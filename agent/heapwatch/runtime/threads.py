@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar, cast
 
-from heapwatch.agent.problems import ProblemLog
+from heapwatch.runtime.problems import ProblemLog
 
 __all__ = [
     "ASYNCHRONOUS_SIGNALS",
