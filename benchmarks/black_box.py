@@ -292,12 +292,26 @@ def _import_all() -> None:
     own blocks are not the heap measured."""
     import resource  # noqa: F401
 
-    import heapwatch.agent.threads
-
     import heapwatch.agent.config
     import heapwatch.formats.dump
+    import heapwatch.runtime.threads
     import heapwatch.server.black_box
     import heapwatch.server.dumps  # noqa: F401
+
+
+def _traced_heap(mode: str, blocks: int) -> list[Any]:
+    """Starts tracing in ``mode`` and makes ``blocks`` live blocks over the
+    benchmark's sites; returns what keeps them alive."""
+    from heapwatch import _core
+
+    sites = _sites()
+    if mode == "exact":
+        _core.start(1, "exact")
+    else:
+        _core.start(SAMPLE_NFRAME, "sample", SAMPLE_INTERVAL)
+    kept = _live_heap(blocks, sites)
+    gc.collect()
+    return kept
 
 
 def child_crossings(mode: str, blocks: int, reps: int, base: str, rss_method: str) -> None:
@@ -315,13 +329,7 @@ def child_crossings(mode: str, blocks: int, reps: int, base: str, rss_method: st
         return
     phases = _Phases()
     _instrument(phases)
-    sites = _sites()
-    if mode == "exact":
-        _core.start(1, "exact")
-    else:
-        _core.start(SAMPLE_NFRAME, "sample", SAMPLE_INTERVAL)
-    kept = _live_heap(blocks, sites)
-    gc.collect()
+    kept = _traced_heap(mode, blocks)
     stats = _core.get_stats()
     runs = [_crossing(base, rss_method, phases) for _ in range(reps)]
     result = {
@@ -419,13 +427,7 @@ def child_profile(mode: str, blocks: int, base: str, top: int) -> None:
 
     _import_all()
     logging.basicConfig(level=logging.ERROR)
-    sites = _sites()
-    if mode == "exact":
-        _core.start(1, "exact")
-    else:
-        _core.start(SAMPLE_NFRAME, "sample", SAMPLE_INTERVAL)
-    kept = _live_heap(blocks, sites)
-    gc.collect()
+    kept = _traced_heap(mode, blocks)
     phases = _Phases()
     warm = _crossing(base, "hwm", phases)
     profile = cProfile.Profile()
