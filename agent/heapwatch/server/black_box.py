@@ -46,7 +46,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from heapwatch.agent.interface import BlackBox
 from heapwatch.runtime.container import (
@@ -60,6 +60,7 @@ from heapwatch.runtime.procmem import compute_untraced, process_start, read_proc
 from heapwatch.runtime.threads import start_thread
 from heapwatch.server.dumps import (
     BLACK_BOX_KIND,
+    MARKERS,
     list_dump_entries,
     marker_path,
     one_line,
@@ -110,8 +111,6 @@ SUMMARY_SITES = 10
 # Traces turned into Python tuples at a time: a black box is written when
 # memory is short, so its batches are smaller than an asked-for dump's.
 TRACE_BATCH = 1 << 13
-# What the header of a black box says, beside every dump's figures.
-_EXTRA_KEYS = ("threshold", "working_set", "limit", "usage", "top_site_file", "top_site_line")
 
 
 class Watch:
@@ -186,11 +185,10 @@ def black_box_note(extra: Mapping[str, object]) -> str | None:
     box (``heapwatch top`` shows it); None for another dump."""
     if extra.get("trigger") != TRIGGER:
         return None
-    working_set = _int(str(extra.get("working_set", "")))
-    limit = _int(str(extra.get("limit", "")))
+    box = black_box_of("", {key: str(value) for key, value in extra.items()}, 0, 0.0)
     return (
-        f"black box: written as the container's working set ({working_set / (1 << 20):.1f} MiB) "
-        f"crossed {crossing(str(extra.get('threshold', '?')), limit)}"
+        f"black box: written as the container's working set "
+        f"({box.working_set / (1 << 20):.1f} MiB) crossed {crossing(box.threshold, box.limit)}"
     )
 
 
@@ -232,8 +230,7 @@ def find_previous_black_box(directory: str) -> BlackBox | None:
     found: BlackBox | None = None
     for entry in reversed(entries):
         if not entry.black_box or any(
-            os.path.lexists(marker_path(directory, entry.name, what))
-            for what in ("exited", "reported")
+            os.path.lexists(marker_path(directory, entry.name, what)) for what in MARKERS
         ):
             continue
         read = _read_header(os.path.join(directory, entry.name))
@@ -314,7 +311,6 @@ class BlackBoxWatcher:
         self._next_limit_read = timer() + LIMIT_REFRESH_SECONDS
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._started = process_start()
         self.written: list[str] = []
         """The black boxes this process wrote, oldest first."""
 
@@ -336,7 +332,6 @@ class BlackBoxWatcher:
         """The parent's thread does not exist here, nor its black boxes."""
         self._thread = None
         self._stop = threading.Event()
-        self._started = None
         self.written = []
 
     def mark_exited(self) -> None:
@@ -389,37 +384,33 @@ class BlackBoxWatcher:
         returns the dump's path (None when it failed: logged once)."""
         limit = self._watch.limit
         started = self._timer()
-        summary_written: list[bool] = []
-        top: list[tuple[str, int, int]] = []
+        written: dict[str, Any] = {}
 
         def prepare(snap: _core.Snapshot, path: str) -> dict[str, str]:
             sites = [
                 (frames[0][0], frames[0][1], size) if frames else ("<unknown>", 0, size)
                 for frames, size, _count in snap.group("lineno").statistics(SUMMARY_SITES)
             ]
-            if self._started is None:
-                self._started = process_start()  # (a forked child's, first needed now)
             extra = {
-                "process_start": self._started or "",
+                # Read now: a forked child is another process than its parent.
+                "process_start": process_start() or "",
                 "threshold": str(threshold),
                 "working_set": str(working_set),
                 "limit": str(limit),
                 **({} if usage is None else {"usage": str(usage)}),
             }
-            top.extend(sites[:1])
             if sites:
                 extra["top_site_file"] = sites[0][0]
                 extra["top_site_line"] = str(sites[0][1])
                 extra["top_site_bytes"] = str(sites[0][2])
-            summary_written.append(
-                self._summarize(
-                    snap,
-                    path,
-                    threshold=threshold,
-                    working_set=working_set,
-                    usage=usage,
-                    sites=sites,
-                )
+            written["extra"] = extra
+            written["summary"] = self._summarize(
+                snap,
+                path,
+                threshold=threshold,
+                working_set=working_set,
+                usage=usage,
+                sites=sites,
             )
             return extra
 
@@ -445,13 +436,10 @@ class BlackBoxWatcher:
             crossing(str(threshold), limit),
             path,
             took,
-            f", summary in {self._termination_log}" if any(summary_written) else "",
+            f", summary in {self._termination_log}" if written["summary"] else "",
         )
         if self._agent is not None:
-            site, size = ((top[0][0], top[0][1]), top[0][2]) if top else (None, 0)
-            box = BlackBox(
-                path, self._clock(), os.getpid(), str(threshold), working_set, limit, site, size
-            )
+            box = black_box_of(path, written["extra"], os.getpid(), self._clock())
             self._agent.black_box_written(box)
         return path
 

@@ -26,7 +26,11 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from heapwatch import _core
-from heapwatch.agent.config import TERMINATION_LOG_AUTO, TERMINATION_LOG_DEFAULT
+from heapwatch.agent.config import (
+    TERMINATION_LOG_AUTO,
+    TERMINATION_LOG_DEFAULT,
+    parse_dump_at,
+)
 
 __all__ = [
     "FRESH_SECONDS",
@@ -74,9 +78,15 @@ def _mib(size: int) -> str:
 
 def crossing(threshold: str, limit: int) -> str:
     """What was crossed, in words: ``97% of the memory limit (200.0 MiB)``,
-    or for a size ``1024.0 MiB (the memory limit is 2048.0 MiB)``."""
-    if threshold.endswith("B") and threshold[:-1].isdigit():
-        return f"{_mib(int(threshold[:-1]))} (the memory limit is {_mib(limit)})"
+    or for a size ``1024.0 MiB (the memory limit is 2048.0 MiB)``.
+    ``threshold`` is as a dump's header holds it: ``str(Threshold)``, read
+    back by the parser that wrote it."""
+    try:
+        (parsed,) = parse_dump_at(threshold)
+    except ValueError:  # a header heapwatch did not write
+        parsed = None
+    if parsed is not None and parsed.size is not None:
+        return f"{_mib(parsed.size)} (the memory limit is {_mib(limit)})"
     return f"{threshold} of the memory limit ({_mib(limit)})"
 
 
