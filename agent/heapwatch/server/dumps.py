@@ -265,7 +265,7 @@ def write_dump_file(
         raise NotADirectoryError(errno.ENOTDIR, problem, directory)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     final = os.path.join(directory, name)
-    temporary = os.path.join(directory, f".{name}.tmp")
+    temporary = os.path.join(directory, _temporary_name(name))
     # Through the core (csrc/descriptors.h): a black box is written unasked,
     # and os.open() could take a number the service closed for a moment.
     fd = _core.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -333,8 +333,26 @@ class DumpEntry(NamedTuple):
 
     name: str
     size: int
-    pid: int
     black_box: bool
+
+
+def _temporary_name(name: str) -> str:
+    """The hidden name the dump ``name`` is written under, then renamed from."""
+    return f".{name}.tmp"
+
+
+def _regular_files(directory: str) -> Iterator[tuple[str, os.stat_result]]:
+    """(name, status) of the regular files in ``directory``, symbolic links
+    left out.  Listed by the core: os.scandir() would open the directory with
+    the GIL released (csrc/descriptors.h), and the black box lists it
+    unasked."""
+    for name in _core.list_dir(directory):
+        try:
+            status = os.lstat(os.path.join(directory, name))
+        except OSError:  # deleted meanwhile (another process's retention)
+            continue
+        if stat.S_ISREG(status.st_mode):
+            yield name, status
 
 
 def list_dump_entries(directory: str) -> list[DumpEntry]:
@@ -343,21 +361,11 @@ def list_dump_entries(directory: str) -> list[DumpEntry]:
     Only regular files named as heapwatch names its dumps count; temporary
     files, markers, other files and symbolic links are never listed."""
     found: list[tuple[tuple[str, int, int], DumpEntry]] = []
-    # Listed by the core: os.scandir() would open the directory with the GIL
-    # released (csrc/descriptors.h), and the black box lists it unasked.
-    for name in _core.list_dir(directory):
+    for name, status in _regular_files(directory):
         match = _DUMP_NAME.match(name)
-        if match is None:
-            continue
-        try:
-            status = os.lstat(os.path.join(directory, name))
-        except OSError:  # deleted meanwhile (another process's retention)
-            continue
-        if not stat.S_ISREG(status.st_mode):
-            continue
-        pid = int(match.group(2))
-        key = (match.group(1), pid, int(match.group(3)))
-        found.append((key, DumpEntry(name, status.st_size, pid, match.group(4) is not None)))
+        if match is not None:
+            key = (match.group(1), int(match.group(2)), int(match.group(3)))
+            found.append((key, DumpEntry(name, status.st_size, match.group(4) is not None)))
     found.sort()
     return [dump for _key, dump in found]
 
@@ -370,7 +378,6 @@ def list_dumps(directory: str) -> list[tuple[str, int]]:
 # A temporary file untouched this long is no dump in progress (a writer
 # touches it at every chunk) but one a killed process left.
 STALE_TEMPORARY_SECONDS = 600.0
-_TEMPORARY_NAME = re.compile(r"\.heapwatch-.*\.hwdump\.tmp\Z")
 
 
 def remove_stale_temporaries(
@@ -381,20 +388,16 @@ def remove_stale_temporaries(
     untouched for ``older_than`` seconds; returns their names."""
     removed: list[str] = []
     try:
-        names = _core.list_dir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        if _TEMPORARY_NAME.match(name) is None:
-            continue
-        path = os.path.join(directory, name)
-        try:
-            status = os.lstat(path)
-            if stat.S_ISREG(status.st_mode) and now - status.st_mtime > older_than:
-                os.unlink(path)
-                removed.append(name)
-        except OSError:
-            continue
+        for name, status in _regular_files(directory):
+            dump = name[1:].removesuffix(".tmp")
+            if name != _temporary_name(dump) or _DUMP_NAME.match(dump) is None:
+                continue
+            if now - status.st_mtime > older_than:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, name))
+                    removed.append(name)
+    except OSError:  # the directory itself
+        pass
     return removed
 
 
