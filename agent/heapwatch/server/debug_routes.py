@@ -432,7 +432,7 @@ class _Routes:
         watcher = getattr(self.service, "black_box", None)
         index = {
             **_meta(),
-            "routes": {path: _ROUTE_HELP[path] for path in _ROUTE_HELP},
+            "routes": {path: what for path, _method, what in _ROUTES},
             "black_box": None
             if watcher is None
             else {
@@ -567,14 +567,16 @@ class _Writer:
         return len(data)
 
 
-_ROUTE_HELP = {
-    INDEX_PATH: "this page",
-    SNAPSHOT_PATH: "every live trace, in heapwatch's dump format",
-    TOP_PATH: "top statistics (?key_type=, limit=, cumulative=, min_age=, format=json)",
-    DIFF_PATH: "top differences since the agent's last cycle",
-    LEAKS_PATH: "the agent's leak suspects, their memory and its ages",
-    PPROF_PATH: "live memory as a gzip pprof profile",
-}
+# Each route: its path, the _Routes method that answers it, and what the
+# index says of it.
+_ROUTES = (
+    (INDEX_PATH, "index", "this page"),
+    (SNAPSHOT_PATH, "snapshot", "every live trace, in heapwatch's dump format"),
+    (TOP_PATH, "top", "top statistics (?key_type=, limit=, cumulative=, min_age=, format=json)"),
+    (DIFF_PATH, "diff", "top differences since the agent's last cycle"),
+    (LEAKS_PATH, "leaks", "the agent's leak suspects, their memory and its ages"),
+    (PPROF_PATH, "pprof", "live memory as a gzip pprof profile"),
+)
 
 
 def _index_text(index: Mapping[str, Any]) -> str:
@@ -606,13 +608,6 @@ def _index_text(index: Mapping[str, Any]) -> str:
 def add_routes(router: Routes, service: DumpService) -> None:
     """Adds the ``/debug/`` routes, protected, to ``router``."""
     routes = _Routes(service)
-    apps: dict[str, WSGIApplication] = {
-        INDEX_PATH: routes.index,
-        SNAPSHOT_PATH: routes.snapshot,
-        TOP_PATH: routes.top,
-        DIFF_PATH: routes.diff,
-        LEAKS_PATH: routes.leaks,
-        PPROF_PATH: routes.pprof,
-    }
-    for path, app in apps.items():
+    for path, method, _what in _ROUTES:
+        app: WSGIApplication = getattr(routes, method)
         router.add(path, app, protected=True)
