@@ -64,6 +64,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
+# The children's environment as benchmarks/run.py makes it (no tracer
+# switched on from outside, a fixed hash seed).
+from run import child_env
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -89,7 +93,6 @@ REPS = {10_000: 9, 100_000: 7, 1_000_000: 5}
 IDLE_POLLS = 2000
 IDLE_ROUNDS = 15
 # The environment variables that would start a tracer in the children.
-TRACER_ENV = ("HEAPWATCH_ENABLED", "PYTHONTRACEMALLOC")
 
 
 # ---- the child: one configuration --------------------------------------------
@@ -445,14 +448,6 @@ def child_profile(mode: str, blocks: int, base: str, top: int) -> None:
 
 
 # ---- the parent: plan, children, tables --------------------------------------
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for name in TRACER_ENV:
-        env.pop(name, None)
-    env["PYTHONHASHSEED"] = "0"
-    return env
 
 
 def run_child(argv: list[str], timeout: float) -> dict[str, Any]:
