@@ -56,11 +56,9 @@ from heapwatch.formats.report import (
     to_json,
     top_report,
 )
+from heapwatch.formats.rows import group_rows
 from heapwatch.server.dumps import DumpService, age_clock, iter_traces
 from heapwatch.server.termination_log import crossing
-from heapwatch.tracemalloc.grouping import group_counted
-from heapwatch.tracemalloc.objects import sort_statistics
-from heapwatch.tracemalloc.raw import raw_statistics
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -277,16 +275,15 @@ def _top_of_old(
         for domain, size, frames, total, age in snap.traces(ages=True)
         if youngest is not None and age >= youngest
     )
-    grouped = group_counted(
+    grouped = group_rows(
         old,
         cast("_core.KeyType", query.key_type),
         query.cumulative,
         snap.mode,
         snap.sample_interval,
     )
-    stats = sort_statistics(grouped.by_traceback.values())
     return top_report(
-        raw_statistics(stats),
+        grouped.rows,
         grouped.total,
         key_type=query.key_type,
         cumulative=query.cumulative,
