@@ -51,8 +51,8 @@ def chromium() -> Iterator[Any]:
     binary = require_tool("chromium")
     driver_path = require_tool("chromedriver")
     try:
-        from selenium import webdriver  # noqa: PLC0415
-        from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
     except ImportError:
         message = "selenium is not installed (requirements-dev.txt)"
         if os.environ.get("HEAPWATCH_REQUIRE_TOOLS") == "1":
@@ -98,9 +98,9 @@ def screenshot(driver: Any, name: str, tmp_path: Path) -> Path:
     return stable
 
 
-def wait_for(driver: Any, condition: str, timeout: float = 20.0) -> Any:
+def wait_in_page(driver: Any, condition: str, timeout: float = 20.0) -> Any:
     """Waits until the JavaScript expression ``condition`` is truthy; returns it."""
-    from selenium.webdriver.support.ui import WebDriverWait  # noqa: PLC0415
+    from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(
         lambda d: d.execute_script("return " + condition)

@@ -18,8 +18,15 @@ trace = st.builds(
     st.lists(frame, min_size=1, max_size=3),
 )
 traces = st.lists(trace, max_size=25)
-key = st.sampled_from([("lineno", False), ("filename", False), ("traceback", False),
-                       ("lineno", True), ("filename", True)])
+key = st.sampled_from(
+    [
+        ("lineno", False),
+        ("filename", False),
+        ("traceback", False),
+        ("lineno", True),
+        ("filename", True),
+    ]
+)
 mode = st.sampled_from([("exact", 0), ("sample", 512)])
 
 

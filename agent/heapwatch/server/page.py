@@ -56,9 +56,6 @@ STATIC_PREFIX = "/debug/heapwatch/static/"
 TOP_SITES = 20
 TOP_SUSPECTS = 10
 _MAX_FORM_BYTES = 4096
-# What the login form loads before it has a cookie: files of the package,
-# nothing of the service.
-_LOGIN_FILES = frozenset({"heapwatch.css", "favicon.svg"})
 
 # The files the page loads, and what they are; the report inlines the same.
 STATIC_FILES = {
@@ -78,8 +75,9 @@ PAGE_CSP = (
 """Scripts, styles, images and fetches from the agent's own origin only;
 no inline script (the page has none), no plugin, no framing."""
 
+_LOGIN_CSP = "default-src 'none'; img-src data:; form-action 'self'; frame-ancestors 'none'"
+
 _HEADERS = [
-    ("Content-Security-Policy", PAGE_CSP),
     ("X-Content-Type-Options", "nosniff"),
     ("Referrer-Policy", "no-referrer"),
 ]
@@ -101,10 +99,18 @@ def _send(
     body: bytes,
     content_type: str,
     headers: Sequence[tuple[str, str]] = (),
+    *,
+    csp: str = PAGE_CSP,
 ) -> list[bytes]:
     start_response(
         status,
-        [("Content-Type", content_type), ("Content-Length", str(len(body))), *_HEADERS, *headers],
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Content-Security-Policy", csp),
+            *_HEADERS,
+            *headers,
+        ],
     )
     return [body]
 
@@ -141,7 +147,9 @@ class _Static:
         tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         cache = [("Cache-Control", "private, no-cache"), ("ETag", tag)]
         if environ.get("HTTP_IF_NONE_MATCH", "") == tag:
-            start_response("304 Not Modified", [*cache, *_HEADERS])
+            start_response(
+                "304 Not Modified", [*cache, ("Content-Security-Policy", PAGE_CSP), *_HEADERS]
+            )
             return []
         return _send(start_response, "200 OK", body, self.content_type, cache)
 
@@ -192,14 +200,15 @@ class _Login:
         # The message is one of ours, never the client's input.
         shown = f'<p class="error" role="alert">{message}</p>' if message else ""
         html = static_text("login.html").replace("<!--message-->", shown)
-        # The login page sits beside the page: its static/ is the same.
-        html = html.replace('href="static/', 'href="/debug/heapwatch/static/')
+        # Before the cookie nothing behind the token loads: the form is
+        # plain HTML, its icon empty.
         return _send(
             start_response,
             status,
             html.encode(),
             "text/html; charset=utf-8",
             [("Cache-Control", "no-store")],
+            csp=_LOGIN_CSP,
         )
 
 
@@ -224,8 +233,7 @@ def add_page_routes(router: Routes) -> None:
     """The page's files and its login; the page and its data are the
     ``/debug/`` routes' (``heapwatch.server.debug_routes``)."""
     for name, content_type in STATIC_FILES.items():
-        public = name in _LOGIN_FILES
-        router.add(STATIC_PREFIX + name, _Static(name, content_type), protected=not public)
+        router.add(STATIC_PREFIX + name, _Static(name, content_type), protected=True)
     router.add(session.LOGIN_PATH, _Login(router))
 
 

@@ -171,8 +171,12 @@
       var x = left;
       ordered(n).forEach(function (c) { place(c, x, level + 1); x += c.size / total; });
     }
-    var x = 0;
-    walk.forEach(function (c) { place(c, x, 0); x += c.size / total; });
+    if (zoom.frame) {
+      place(zoom, 0, 0); // the frame zoomed on spans the width, its callees below
+    } else {
+      var x = 0;
+      walk.forEach(function (c) { place(c, x, 0); x += c.size / total; });
+    }
     flame.style.height = Math.max(depth, 1) * ROW_PX + "px";
     drawCrumbs(zoom);
     document.getElementById("matched").textContent = query
