@@ -9,7 +9,8 @@ VERSIONS    ?= 3.9 3.10 3.11 3.12 3.13 3.14 3.15
 # run in a Debian sid chroot (tools/sid-python creates it once, cached).
 SID_VERSIONS := 3.14 3.15
 PYTEST_ARGS ?=
-SOURCES     := $(shell find agent exporters -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.pyi' -o -name '*.pth' 2>/dev/null) setup.py pyproject.toml
+SOURCES     := $(shell find agent exporters -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.pyi' -o -name '*.pth' 2>/dev/null) setup.py pyproject.toml \
+               $(shell find agent/heapwatch/server/static -type f 2>/dev/null)
 ASAN_LIB     = $(shell gcc -print-file-name=libasan.so)
 UBSAN_LIB    = $(shell gcc -print-file-name=libubsan.so)
 SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
@@ -93,8 +94,9 @@ lint: $(VENV)/.deps  ## ruff, mypy --strict and the layer contract (tools/check_
 	$(VPY) tools/check_layers.py
 
 ci-tools:  ## install the external tools CI tests with (Debian packages)
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v go >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus golang-go; }
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v go >/dev/null \
+	  && command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus golang-go chromium chromium-driver; }
 
 ci: ci-tools  ## what CI runs: lint, every Python, the sanitizer build, the guest suite, the real tools
 	$(MAKE) --no-print-directory lint

@@ -120,8 +120,8 @@ def test_every_debug_route_needs_the_token_and_metrics_does_not(
     assert status == 200
     assert b"heapwatch_traced_bytes" in body
     assert get(url_of(agent, "/metrics"), AUTH)[0] == 200
-    # the index lists /metrics only
-    assert get(url_of(agent, "/"))[2] == b"heapwatch agent\n/metrics\n"
+    # the index lists /metrics and the form a browser trades the token at only
+    assert get(url_of(agent, "/"))[2] == b"heapwatch agent\n/debug/heapwatch/login\n/metrics\n"
 
 
 def test_without_a_token_debug_routes_are_forbidden(start_agent: Callable[..., Agent]) -> None:

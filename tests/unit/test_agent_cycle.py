@@ -12,7 +12,7 @@ import pytest
 from heapwatch import HeapwatchError
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.interface import OTHER_FILE, OTHER_LINE, Site
+from heapwatch.agent.interface import OTHER_FILE, OTHER_LINE, CyclePoint, Site
 from heapwatch.runtime.procmem import ProcessMemory
 from support.agent_model import FakeClock, ModelSource, TickingTimer
 from support.waiting import wait_for
@@ -493,3 +493,23 @@ def test_an_explicit_stop_runs_the_last_cycle_whoever_exports() -> None:
     wait_for(lambda: agent.readings().cycles == 1, 10, 0.01)
     assert agent.stop(5.0)
     assert agent.readings().cycles == 2
+
+
+def test_history_keeps_the_last_cycles_totals_bounded() -> None:
+    from heapwatch.agent.agent import HISTORY_CYCLES
+
+    # Given an agent whose traced memory grows by 100 bytes a cycle
+    source = ModelSource()
+    agent = make_agent(source)
+    for cycle in range(HISTORY_CYCLES + 5):
+        source.allocate("app.py", 1, 100, 1)
+        agent.run_cycle()
+        if cycle == 0:
+            (first,) = agent.history()
+            assert first.traced == 100
+    # Then it keeps the last HISTORY_CYCLES, oldest first, a point per cycle
+    history = agent.history()
+    assert len(history) == HISTORY_CYCLES
+    assert [p.traced for p in history] == [100 * n for n in range(6, HISTORY_CYCLES + 6)]
+    assert history[-1] == CyclePoint.of(agent.readings().result)  # type: ignore[arg-type]
+    assert all(a.timestamp <= b.timestamp for a, b in zip(history, history[1:]))

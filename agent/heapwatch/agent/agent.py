@@ -40,6 +40,7 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -49,6 +50,7 @@ from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.contract import (
     BlackBox,
     Component,
+    CyclePoint,
     CycleResult,
     Readings,
     Routes,
@@ -81,11 +83,15 @@ from heapwatch.runtime.threads import (
 if TYPE_CHECKING:
     ServerFactory = Callable[[Routes, str, int, int], Server]
 
-__all__ = ["AT_EXIT_TIMEOUT", "Agent", "get_agent", "start_agent", "stop_agent"]
+__all__ = ["AT_EXIT_TIMEOUT", "HISTORY_CYCLES", "Agent", "get_agent", "start_agent", "stop_agent"]
 
 log = logging.getLogger("heapwatch.agent")
 
 AT_EXIT_TIMEOUT = 2.0
+
+# The cycles history() keeps: an hour at the default interval, a few numbers
+# each (about 60 KiB at most), for the page's timeline.
+HISTORY_CYCLES = 360
 
 
 def _shutdown_failed(exporter: Component, exc: Exception) -> None:
@@ -209,6 +215,7 @@ class Agent:
         self._scores: Mapping[tuple[str, int], LeakScore] = {}
         self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
+        self._history: deque[CyclePoint] = deque(maxlen=HISTORY_CYCLES)
         self._last_cycle = True
         self._cycles = 0
         self._errors = 0
@@ -255,6 +262,11 @@ class Agent:
                 self._black_boxes,
                 self._previous_black_box,
             )
+
+    def history(self) -> Sequence[CyclePoint]:
+        """The last ``HISTORY_CYCLES`` successful cycles' totals, oldest first."""
+        with self._lock:
+            return tuple(self._history)
 
     @property
     def cgroup(self) -> MemoryCgroup | None:
@@ -352,6 +364,7 @@ class Agent:
         with self._lock:
             self._cycles += 1
             self._result = result
+            self._history.append(CyclePoint.of(result))
         return result
 
     # ---- the cycle -----------------------------------------------------------

@@ -35,6 +35,7 @@ __all__ = [
     "AgentView",
     "BlackBox",
     "Component",
+    "CyclePoint",
     "CycleResult",
     "Readings",
     "ReadingsSource",
@@ -118,6 +119,24 @@ class CycleResult(NamedTuple):
     """The memory of the process's cgroup (its limit, usage, working set, OOM
     kills, pressure), read with the traced bytes; None outside any memory
     cgroup (``heapwatch.runtime.container``)."""
+
+
+class CyclePoint(NamedTuple):
+    """One cycle's totals in the agent's recent history (``AgentView.history()``):
+    what a timeline draws, a few numbers a cycle, never its sites."""
+
+    timestamp: float
+    traced: int
+    resident: int | None
+    untraced: int | None
+    limit: int | None
+    """The container's memory limit; None outside a memory cgroup or with none."""
+
+    @classmethod
+    def of(cls, result: CycleResult) -> CyclePoint:
+        container = result.container
+        limit = container.limit if container is not None else None
+        return cls(result.timestamp, result.traced, result.resident, result.untraced, limit)
 
 
 class BlackBox(NamedTuple):
@@ -210,6 +229,9 @@ class AgentView(Protocol):
         """Publishes the black box an earlier process left (found at start)."""
 
     def readings(self) -> Readings: ...
+    def history(self) -> Sequence[CyclePoint]:
+        """The recent successful cycles' totals, oldest first (bounded)."""
+
     def last_snapshot(self) -> tuple[Any, float] | None: ...
     def leak_scores(self) -> Mapping[tuple[str, int], LeakScore]:
         """The last cycle's leak score of each site it watched."""

@@ -8,7 +8,7 @@ exporters' code in ``_internal/`` behind ``sdk/metrics/export/__init__.py``,
 whose ``__all__`` is all its users see; this module is that ``__all__``.
 
 * What the agent publishes and what its components implement (defined in
-  ``heapwatch.agent.contract``): ``Site``, ``CycleResult``, ``Readings``,
+  ``heapwatch.agent.contract``): ``Site``, ``CycleResult``, ``CyclePoint``, ``Readings``,
   ``BlackBox``, ``ReadingsSource``, ``site_of`` and the ``<other>`` site's
   name; the ``Component``, ``AgentView``, ``Routes`` and ``Server``
   protocols.  A component gets the agent as an ``AgentView`` (its
@@ -33,6 +33,7 @@ from heapwatch.agent.contract import (
     AgentView,
     BlackBox,
     Component,
+    CyclePoint,
     CycleResult,
     Readings,
     ReadingsSource,
@@ -49,6 +50,7 @@ __all__ = [
     "AgentView",
     "BlackBox",
     "Component",
+    "CyclePoint",
     "CycleResult",
     "Readings",
     "ReadingsSource",

@@ -4,7 +4,7 @@ subcommand, as memray's ``commands/``.
 Each command module has ``add_parser(subparsers)``, which adds its parser
 and sets ``func`` (called with the parsed namespace, returning the exit
 status): ``run`` starts a command with the agent on; ``top``, ``diff``,
-``convert`` and ``leaks`` read dumps (``dump_input`` holds what they share).
+``convert``, ``leaks`` and ``report`` read dumps (``dump_input`` holds what they share).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 from typing import TYPE_CHECKING, Callable
 
 from heapwatch._version import __version__
-from heapwatch.cli import convert, diff, leaks, run, top
+from heapwatch.cli import convert, diff, leaks, report, run, top
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,6 +28,7 @@ COMMANDS: list[Callable[[SubParsers], None]] = [
     diff.add_parser,
     convert.add_parser,
     leaks.add_parser,
+    report.add_parser,
 ]
 
 

@@ -14,8 +14,7 @@ from heapwatch.cli.dump_input import (
     run_guarded,
 )
 from heapwatch.formats.report import diff_report
-from heapwatch.tracemalloc.objects import compare_grouped_stats, sort_diffs
-from heapwatch.tracemalloc.raw import raw_diffs
+from heapwatch.formats.rows import compare_rows
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -28,7 +27,7 @@ def _diff(options: argparse.Namespace) -> int:
     old_grouped = group(old, options.key_type, options.cumulative)
     new = open_input(options, options.new)
     new_grouped = group(new, options.key_type, options.cumulative)
-    diffs = sort_diffs(compare_grouped_stats(old_grouped.by_traceback, new_grouped.by_traceback))
+    diffs = compare_rows(old_grouped.rows, new_grouped.rows)
     notes = [
         f"from {old.path} ({format_when(old.meta)})",
         f"to {new.path} ({format_when(new.meta)})",
@@ -36,7 +35,7 @@ def _diff(options: argparse.Namespace) -> int:
     if old.mode != new.mode:
         notes.append(f"{old.path} was taken in {old.mode} mode, {new.path} in {new.mode} mode")
     report = diff_report(
-        raw_diffs(diffs),
+        diffs,
         new_grouped.total,
         old_grouped.total,
         key_type=options.key_type,

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, cast
 from heapwatch._errors import HeapwatchError
 from heapwatch.agent.config import parse_age
 from heapwatch.formats.report import KEY_TYPES, Report, format_text, to_json
+from heapwatch.formats.rows import GroupedRows, group_rows
 from heapwatch.formats.snapshot_file import SnapshotFile, open_snapshot
-from heapwatch.tracemalloc.grouping import Grouped, group_counted
 
 if TYPE_CHECKING:
     from heapwatch._core import KeyType, Mode, RawTrace
 
 __all__ = [
     "MAX_LIMIT",
-    "Grouped",
+    "GroupedRows",
     "InputError",
     "SnapshotFile",
     "add_age_option",
@@ -108,8 +108,9 @@ def open_snapshot_file(
     return file._replace(traces=_checked(file.traces, path), mode=mode, sample_interval=interval)
 
 
-def group(source: SnapshotFile, key_type: str, cumulative: bool) -> Grouped:
-    return group_counted(
+def group(source: SnapshotFile, key_type: str, cumulative: bool) -> GroupedRows:
+    """The rows of a file's traces (``heapwatch.formats.rows``)."""
+    return group_rows(
         source.traces,
         cast("KeyType", key_type),
         cumulative,

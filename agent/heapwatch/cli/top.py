@@ -16,8 +16,6 @@ from heapwatch.cli.dump_input import (
 )
 from heapwatch.formats.report import min_age_note, top_report
 from heapwatch.server.black_box import black_box_note
-from heapwatch.tracemalloc.objects import sort_statistics
-from heapwatch.tracemalloc.raw import raw_statistics
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -28,7 +26,6 @@ __all__ = ["add_parser"]
 def _top(options: argparse.Namespace) -> int:
     source = open_input(options, options.file)
     grouped = group(source, options.key_type, options.cumulative)
-    stats = sort_statistics(grouped.by_traceback.values())
     notes = []
     why = black_box_note(source.meta)
     if why is not None:
@@ -36,7 +33,7 @@ def _top(options: argparse.Namespace) -> int:
     if options.min_age is not None and source.ages is not None:
         notes.append(min_age_note(options.min_age, source.ages, source.youngest))
     report = top_report(
-        raw_statistics(stats),
+        grouped.rows,
         grouped.total,
         key_type=options.key_type,
         cumulative=options.cumulative,

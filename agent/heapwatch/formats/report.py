@@ -33,6 +33,7 @@ __all__ = [
     "Row",
     "diff_report",
     "format_text",
+    "readable_source",
     "sample_note",
     "source_line",
     "to_json",
@@ -175,18 +176,28 @@ class _Sources:
     def line(self, filename: str, lineno: int) -> str:
         """The stripped source line, or "" when the file is not a readable
         regular file of reasonable size on this machine."""
-        if not filename or filename.startswith("<") or lineno <= 0:
-            return ""
-        try:
-            info = os.stat(filename)
-        except (OSError, ValueError):
-            return ""
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SOURCE_BYTES:
+        if lineno <= 0 or not _readable(filename):
             return ""
         lines = self._files.get(filename)
         if lines is None:
             lines = self._files[filename] = _read_lines(filename)
         return lines[lineno - 1].strip() if lineno <= len(lines) else ""
+
+
+def _readable(filename: str) -> bool:
+    if not filename or filename.startswith("<"):
+        return False
+    try:
+        info = os.stat(filename)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= _MAX_SOURCE_BYTES
+
+
+def readable_source(filename: str) -> str:
+    """The whole source file, read as ``source_line`` reads it, or "" when
+    it is not a readable regular file of reasonable size on this machine."""
+    return "".join(_read_lines(filename)) if _readable(filename) else ""
 
 
 def _read_lines(filename: str) -> list[str]:

@@ -12,7 +12,9 @@ takes the service's dump lock without waiting: a second one answers 429 with
 and what it accepts); none of them names a file.
 
 ``GET /debug/heapwatch/``           what is here: the routes, the black box, and the
-                                    one an earlier process left (text, or JSON)
+                                    one an earlier process left (text, or JSON); to a
+                                    browser (Accept: text/html), the memory page
+``GET /debug/heapwatch/view``       the memory page's data (``heapwatch.server.page``)
 ``GET /debug/heapwatch/snapshot``   every live trace, in heapwatch's dump format
 ``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON);
                                     ``min_age=30m``: only live memory that old
@@ -56,11 +58,11 @@ from heapwatch.formats.report import (
     to_json,
     top_report,
 )
+from heapwatch.formats.rows import group_rows
 from heapwatch.server.dumps import DumpService, age_clock, iter_traces
+from heapwatch.server.page import add_page_routes, live_view, page_response
+from heapwatch.server.session import wants_page
 from heapwatch.server.termination_log import crossing
-from heapwatch.tracemalloc.grouping import group_counted
-from heapwatch.tracemalloc.objects import sort_statistics
-from heapwatch.tracemalloc.raw import raw_statistics
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -76,6 +78,7 @@ __all__ = [
     "PPROF_PATH",
     "SNAPSHOT_PATH",
     "TOP_PATH",
+    "VIEW_PATH",
     "BadParameter",
     "ReportQuery",
     "add_routes",
@@ -92,6 +95,7 @@ TOP_PATH = "/debug/heapwatch/top"
 DIFF_PATH = "/debug/heapwatch/diff"
 LEAKS_PATH = "/debug/heapwatch/leaks"
 PPROF_PATH = "/debug/pprof/heap"
+VIEW_PATH = "/debug/heapwatch/view"
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 10_000
@@ -277,16 +281,15 @@ def _top_of_old(
         for domain, size, frames, total, age in snap.traces(ages=True)
         if youngest is not None and age >= youngest
     )
-    grouped = group_counted(
+    grouped = group_rows(
         old,
         cast("_core.KeyType", query.key_type),
         query.cumulative,
         snap.mode,
         snap.sample_interval,
     )
-    stats = sort_statistics(grouped.by_traceback.values())
     return top_report(
-        raw_statistics(stats),
+        grouped.rows,
         grouped.total,
         key_type=query.key_type,
         cumulative=query.cumulative,
@@ -423,9 +426,12 @@ class _Routes:
         if environ.get("REQUEST_METHOD", "GET") != "GET":
             return _error(start_response, "405 Method Not Allowed", "only GET", [("Allow", "GET")])
         try:
-            as_json = _as_json(_query(environ, ("format",)), environ)
+            params = _query(environ, ("format",))
+            as_json = _as_json(params, environ)
         except BadParameter as exc:
             return _error(start_response, "400 Bad Request", str(exc))
+        if "format" not in params and wants_page(environ):
+            return page_response(start_response)
         agent = self.service.agent
         readings = agent.readings() if agent is not None else None
         previous = readings.previous_black_box if readings is not None else None
@@ -532,6 +538,16 @@ class _Routes:
 
         return self._guarded(environ, start_response, parse, build)
 
+    def view(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        def build(_params: dict[str, str]) -> list[bytes]:
+            snap = self._snapshot(traces=True)
+            at = self.service.clock()
+            agent = self.service.agent
+            data = live_view(snap, agent, age_clock(snap, at, agent), at)
+            return _respond(start_response, "200 OK", json.dumps(data).encode(), "application/json")
+
+        return self._guarded(environ, start_response, lambda: _query(environ, ()), build)
+
     def leaks(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(query: tuple[int, bool]) -> list[bytes]:
             limit, as_json = query
@@ -570,7 +586,8 @@ class _Writer:
 # Each route: its path, the _Routes method that answers it, and what the
 # index says of it.
 _ROUTES = (
-    (INDEX_PATH, "index", "this page"),
+    (INDEX_PATH, "index", "this listing; in a browser, the memory page"),
+    (VIEW_PATH, "view", "the memory page's data: stacks, top sites, suspects, timeline (JSON)"),
     (SNAPSHOT_PATH, "snapshot", "every live trace, in heapwatch's dump format"),
     (TOP_PATH, "top", "top statistics (?key_type=, limit=, cumulative=, min_age=, format=json)"),
     (DIFF_PATH, "diff", "top differences since the agent's last cycle"),
@@ -611,3 +628,4 @@ def add_routes(router: Routes, service: DumpService) -> None:
     for path, method, _what in _ROUTES:
         app: WSGIApplication = getattr(routes, method)
         router.add(path, app, protected=True)
+    add_page_routes(router)

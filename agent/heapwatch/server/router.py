@@ -27,8 +27,10 @@ class Router:
 
     Routes marked ``protected`` need ``Authorization: Bearer <token>`` when the
     router has a token (401 with ``WWW-Authenticate`` otherwise; compared in
-    constant time); without a token they are refused (403), so that a debug
-    endpoint is never open by accident.
+    constant time), or the session cookie a browser got for the token
+    (``heapwatch.server.session``; a browser without one is sent to the login
+    form when there is one); without a token they are refused (403), so that
+    a debug endpoint is never open by accident.
     """
 
     def __init__(self, token: str | None = None) -> None:
@@ -91,6 +93,15 @@ class Router:
             credentials.strip().encode(), self.token.encode()
         ):
             return None
+        from heapwatch.server import session  # noqa: PLC0415 (as hmac: when asked)
+
+        if session.has_session(environ, self.token):
+            return None
+        with self._lock:
+            login = session.LOGIN_PATH in self._routes
+        if login and session.wants_page(environ):
+            # A browser: to the form that trades the token for a cookie.
+            return "303 See Other", [("Location", session.LOGIN_PATH)], "log in first"
         return (
             "401 Unauthorized",
             [("WWW-Authenticate", 'Bearer realm="heapwatch"')],
