@@ -162,7 +162,13 @@ def take_snapshot() -> Snapshot:
         raise RuntimeError(
             "the tracemalloc module must be tracing memory allocations to take a snapshot"
         )
-    if (is_tracing, _get_traces, get_traceback_limit) != _OWN_SNAPSHOT_PARTS:
+    # Compared one by one: a tuple built here would go to the tuple free list
+    # with its trace, and show as this line in the next snapshot.
+    if (
+        is_tracing is not _OWN_SNAPSHOT_PARTS[0]
+        or _get_traces is not _OWN_SNAPSHOT_PARTS[1]
+        or get_traceback_limit is not _OWN_SNAPSHOT_PARTS[2]
+    ):
         # The stdlib builds the snapshot from these module functions, looked up
         # at call time; someone replaced one of them (a test double, say):
         # build it from theirs, as the stdlib would.

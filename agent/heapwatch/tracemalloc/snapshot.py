@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from heapwatch import _core
 from heapwatch.formats.estimates import weigher
 from heapwatch.tracemalloc.checks import check_key_type, check_mode, check_sample_interval
 from heapwatch.tracemalloc.dump import SnapshotParts, read_parts, write_parts
@@ -163,14 +164,21 @@ class Snapshot:
         """Writes the snapshot to filename in heapwatch's dump format (not a
         pickle); load() reads it back, with the attributes set on the snapshot
         (JSON values only: TypeError names any other)."""
-        parts = SnapshotParts(
-            self._raw_traces(),
-            self.traceback_limit,
-            self._mode,
-            self._sample_interval,
-            self._attributes(),
-        )
-        write_parts(filename, parts)
+        # The encoding's own objects (a dict of strings, its buffers) end in
+        # free lists still traced, and would show in the next snapshot as the
+        # service's memory: heapwatch's own work is not traced.
+        previous = _core.set_thread_traced(False)
+        try:
+            parts = SnapshotParts(
+                self._raw_traces(),
+                self.traceback_limit,
+                self._mode,
+                self._sample_interval,
+                self._attributes(),
+            )
+            write_parts(filename, parts)
+        finally:
+            _core.set_thread_traced(previous)
 
     @classmethod
     def load(cls: type[_S], filename: PathArg, *, allow_pickle: bool = False) -> _S:
