@@ -737,10 +737,12 @@ release_orphans_unlocked(code_refs_t *table, size_t mask)
         for (int i = 0; tb != NULL && i < tb->nframe; i++) {
             if (code_is_orphan(table, mask, &tb->frames[i])) {
                 released++;
-                if (tb->idle && !hw_tb_holds_peak_unlocked(tb)) {
+                /* Totals outlive their code (a sweep caps them): an
+                 * exec()'d module's sites still show what they allocated. */
+                if (tb->idle && !hw_tb_holds_peak_unlocked(tb) && tb->alloc_blocks == 0) {
                     tb->idle = 0;
                     idle_count--;
-                    tb_drop_unlocked(tb);
+                    tb_unintern_unlocked(tb);
                 }
                 else {
                     tb_unorphan_unlocked(tb, table, mask);
