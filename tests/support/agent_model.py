@@ -97,6 +97,19 @@ class ModelSnapshot:
         assert key_type == "lineno"
         return self._groups
 
+    def tracebacks(
+        self, names: bool = False, peaks: bool = False, *, allocs: bool = True
+    ) -> list[tuple[int, tuple[Key, ...], int, int, int, int, int, int]]:
+        """As the core with allocs=True: the model's sites allocated what
+        they hold and never freed."""
+        assert allocs
+        return [
+            (0, (key,), 1, size, count, self._groups.site_peaks.get(key, 0), size, count)
+            for key, (size, count) in self._groups.sites.items()
+        ]
+
+    allocs_folded = (0, 0, 0)
+
 
 class ModelSource:
     """Live memory per site, a peak, and switches to make snapshots fail or hang."""
