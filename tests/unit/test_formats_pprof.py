@@ -457,7 +457,7 @@ def test_allocs_profile_has_gos_four_sample_types_in_gos_order() -> None:
 
 
 def test_a_default_sample_type_the_profile_lacks_is_refused() -> None:
-    with pytest.raises(ValueError, match="default_sample_type must be one of .*'alloc_space'"):
+    with pytest.raises(ValueError, match=r"default_sample_type must be one of .*'alloc_space'"):
         encode([], default_sample_type="alloc_space")
 
 
