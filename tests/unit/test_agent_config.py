@@ -189,7 +189,13 @@ BAD_VALUES = [
     ("HEAPWATCH_INTERVAL", "soon", "10s, 500ms", "interval", 10.0),
     ("HEAPWATCH_INTERVAL", "0", "10s, 500ms", "interval", 10.0),
     ("HEAPWATCH_TOP", "-1", "from 0 to 1000", "top", 20),
-    ("HEAPWATCH_EXPORTERS", "zipkin", "prometheus, otlp and pyroscope, or none", "exporters", ("prometheus",)),
+    (
+        "HEAPWATCH_EXPORTERS",
+        "zipkin",
+        "prometheus, otlp and pyroscope, or none",
+        "exporters",
+        ("prometheus",),
+    ),
     (
         "HEAPWATCH_EXPORTERS",
         "none,otlp",
