@@ -10,7 +10,8 @@
  * sweep: a site that allocates and frees one block per iteration would
  * otherwise free and re-create its traceback every time.  Idle tracebacks are
  * swept when they outnumber the tracebacks in use (and at every drain), so the
- * tracer's memory stays bounded by live traces.  A traceback owns one strong
+ * tracer's memory stays bounded by live traces (plus at most HW_TB_ALLOC_KEEP
+ * idle ones kept for their allocation totals).  A traceback owns one strong
  * reference to each code object it names; when it is freed those references go
  * to the graveyard, to be released later with the GIL, because a sweep can run
  * inside a free hook that runs without the GIL or must not run Python code.
