@@ -171,7 +171,8 @@ class PyroscopeExporter:
                 response.read()
             return True
         except urllib.error.HTTPError as exc:
-            detail = _reason(exc)
+            with exc:  # its response: left open, 3.14 warns when it is collected
+                detail = _reason(exc)
             self._problems.report(
                 f"http:{exc.code}",
                 "heapwatch cannot push to Pyroscope at %s: HTTP %d%s; retrying with back-off",
