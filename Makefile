@@ -19,7 +19,7 @@ SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: bench-black-box bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
+.PHONY: bench-black-box bench-profiles bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ bench: $(VENV)/.installed  ## measure slowdown and memory against untraced and t
 
 bench-leaks: $(VENV)/.installed  ## the leak score's scenario bank: time to flag each leak, highest score of each non-leak
 	$(VPY) benchmarks/leaks.py $(BENCH_ARGS)
+
+bench-profiles: $(VENV)/.installed  ## a profile push per cycle (encode, POST to a loopback receiver) at 10k and 100k sites
+	$(VPY) benchmarks/profile_push.py $(BENCH_ARGS)
 
 bench-black-box: $(VENV)/.installed  ## the black box: crossing to finished dump and its memory at 10k to 1M traces, the idle poll
 	$(VPY) benchmarks/black_box.py $(BENCH_ARGS)

@@ -211,11 +211,11 @@ tb_tuple(SnapshotObject *self, uint32_t i)
 {
     hw_snapshot_t *snap = self->snap;
     if (self->tb_tuples == NULL) {
-        self->tb_tuples = PyList_New((Py_ssize_t)snap->ntbs_all);
+        self->tb_tuples = PyList_New((Py_ssize_t)snap->ntbs_alloc);
         if (self->tb_tuples == NULL) {
             return NULL;
         }
-        for (uint32_t k = 0; k < snap->ntbs_all; k++) {
+        for (uint32_t k = 0; k < snap->ntbs_alloc; k++) {
             PyList_SET_ITEM(self->tb_tuples, k, Py_NewRef(Py_None));
         }
     }
@@ -349,17 +349,40 @@ named_frames(SnapshotObject *self, uint32_t i)
     return tuple;
 }
 
+/* One row of tracebacks(): the live columns, then the peak, then the
+ * allocation totals, as many as asked for. */
+static PyObject *
+tb_row(hw_snapshot_t *snap, uint32_t i, PyObject *frames, int peaks, int allocs)
+{
+    unsigned int domain = snap->tbs[i]->domain;
+    unsigned int total_nframe = snap->tbs[i]->total_nframe;
+    unsigned long long size = snap->tb_size[i];
+    unsigned long long count = hw_count_round(snap->tb_est_blocks[i]);
+    unsigned long long peak = snap->tb_peak[i];
+    if (allocs) {
+        return Py_BuildValue("(INIKKKKK)", domain, frames, total_nframe, size, count, peak,
+                             (unsigned long long)snap->tb_alloc_size[i],
+                             (unsigned long long)hw_count_round(snap->tb_alloc_blocks[i]));
+    }
+    if (peaks) {
+        return Py_BuildValue("(INIKKK)", domain, frames, total_nframe, size, count, peak);
+    }
+    return Py_BuildValue("(INIKK)", domain, frames, total_nframe, size, count);
+}
+
 static PyObject *
 Snapshot_tracebacks(SnapshotObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"names", "peaks", NULL};
+    static char *kwlist[] = {"names", "peaks", "allocs", NULL};
     int names = 0;
     int peaks = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp:tracebacks", kwlist, &names, &peaks)) {
+    int allocs = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ppp:tracebacks", kwlist, &names, &peaks,
+                                     &allocs)) {
         return NULL;
     }
     hw_snapshot_t *snap = self->snap;
-    uint32_t n = peaks ? snap->ntbs_all : snap->ntbs;
+    uint32_t n = allocs ? snap->ntbs_alloc : peaks ? snap->ntbs_all : snap->ntbs;
     PyObject *list = PyList_New((Py_ssize_t)n);
     if (list == NULL) {
         return NULL;
@@ -370,13 +393,7 @@ Snapshot_tracebacks(SnapshotObject *self, PyObject *args, PyObject *kwds)
             Py_DECREF(list);
             return NULL;
         }
-        unsigned int domain = snap->tbs[i]->domain;
-        unsigned int total_nframe = snap->tbs[i]->total_nframe;
-        unsigned long long size = snap->tb_size[i];
-        unsigned long long count = hw_count_round(snap->tb_est_blocks[i]);
-        PyObject *item = peaks ? Py_BuildValue("(INIKKK)", domain, frames, total_nframe, size, count,
-                                               (unsigned long long)snap->tb_peak[i])
-                               : Py_BuildValue("(INIKK)", domain, frames, total_nframe, size, count);
+        PyObject *item = tb_row(snap, i, frames, peaks, allocs);
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -470,6 +487,10 @@ SNAP_GETTER(has_traces, PyBool_FromLong(snap->traces != NULL))
 SNAP_GETTER(ntraces, PyLong_FromSize_t(snap->ntraces))
 SNAP_GETTER(ntracebacks, PyLong_FromUnsignedLong(snap->ntbs))
 SNAP_GETTER(epoch, PyLong_FromUnsignedLong(snap->epoch))
+SNAP_GETTER(allocs_folded,
+            Py_BuildValue("(KKK)", (unsigned long long)snap->alloc_folded.alloc_size,
+                          (unsigned long long)hw_count_round(snap->alloc_folded.alloc_blocks),
+                          (unsigned long long)snap->alloc_folded.tracebacks))
 
 static PyMethodDef Snapshot_methods[] = {
     {"traces", (PyCFunction)(void (*)(void))Snapshot_traces, METH_VARARGS | METH_KEYWORDS,
@@ -479,7 +500,9 @@ static PyMethodDef Snapshot_methods[] = {
      "tracebacks(names=False, peaks=False) -> list of (domain, frames, total_nframe, size, count), "
      "one per traceback; with names=True a frame is (filename, lineno, function); with "
      "peaks=True each row ends with the traceback's bytes at the peak, and the tracebacks "
-     "holding only a peak follow."},
+     "holding only a peak follow; with allocs=True each row ends with the peak, then the "
+     "bytes and blocks allocated there since tracing started, and the tracebacks holding "
+     "only those totals follow."},
     {"group", (PyCFunction)(void (*)(void))Snapshot_group, METH_VARARGS | METH_KEYWORDS,
      "group(key_type, cumulative=False, mask=None, ages=False) -> Groups; ages=True "
      "histograms the traces by age (Groups.ages())."},
@@ -498,6 +521,8 @@ static PyGetSetDef Snapshot_getset[] = {
     GETSET(ntraces, "number of traces held"),
     GETSET(ntracebacks, "number of distinct tracebacks held"),
     GETSET(epoch, "the age epoch when taken (set_epoch())"),
+    GETSET(allocs_folded, "(bytes, blocks, tracebacks): allocation totals of the tracebacks "
+                          "freed past ALLOC_KEEP idle ones"),
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1213,6 +1238,7 @@ PyInit__core(void)
                            PyLong_FromUnsignedLongLong(HW_MAX_SAMPLE_INTERVAL)) < 0 ||
         PyModule_AddIntConstant(module, "DEFAULT_SAMPLE_INTERVAL", HW_DEFAULT_SAMPLE_INTERVAL) < 0 ||
         PyModule_AddIntConstant(module, "MAX_AGE", HW_MAX_AGE) < 0 ||
+        PyModule_AddIntConstant(module, "ALLOC_KEEP", HW_TB_ALLOC_KEEP) < 0 ||
         PyModule_AddIntConstant(module, "AGE_BUCKETS", HW_AGE_BUCKETS) < 0 ||
         PyModule_AddIntConstant(module, "SMALL_FILE_MAX", SMALL_FILE_MAX) < 0 ||
         register_at_exit(module) < 0) {

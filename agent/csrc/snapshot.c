@@ -100,7 +100,7 @@ hw_snapshot_resolve(hw_snapshot_t *snap, uint32_t i, int need)
 static void
 unpin_unlocked(hw_snapshot_t *snap)
 {
-    for (uint32_t i = 0; i < snap->ntbs_all; i++) {
+    for (uint32_t i = 0; i < snap->ntbs_alloc; i++) {
         snap->tbs[i]->pins--;
         hw_tb_release_if_unused_unlocked(snap->tbs[i]);
     }
@@ -121,6 +121,8 @@ hw_snapshot_free(hw_snapshot_t *snap)
     hw_free(HW_MEM_SNAPSHOT, snap->tb_size);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_est_blocks);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_peak);
+    hw_free(HW_MEM_SNAPSHOT, snap->tb_alloc_size);
+    hw_free(HW_MEM_SNAPSHOT, snap->tb_alloc_blocks);
     hw_free(HW_MEM_SNAPSHOT, snap->traces);
     hw_free(HW_MEM_SNAPSHOT, snap->rframes);
     hw_free(HW_MEM_SNAPSHOT, snap->rf_off);
@@ -160,18 +162,22 @@ take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t loca
         return -1;
     }
     uint32_t k = 0;
-    /* Live tracebacks first, then those holding only a peak. */
-    for (int peak_only = 0; peak_only < 2; peak_only++) {
-        if (peak_only) {
+    /* Live tracebacks first, then those holding only a peak, then those
+     * holding only allocation totals. */
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1) {
             snap->ntbs = k;
+        }
+        if (pass == 2) {
+            snap->ntbs_all = k;
         }
         for (uint32_t id = 1; id < bound; id++) {
             hw_traceback_t *tb = hw_tb_by_id_unlocked(id);
-            if (tb == NULL || (tb->ntraces == 0) != peak_only) {
+            if (tb == NULL || (tb->ntraces == 0) != (pass != 0)) {
                 continue;
             }
             uint64_t peak = hw_tb_peak_unlocked(tb);
-            if (peak_only && peak == 0) {
+            if ((pass == 1 && peak == 0) || (pass == 2 && (peak != 0 || tb->alloc_blocks == 0))) {
                 continue;
             }
             if (k == tb_room) {
@@ -181,6 +187,8 @@ take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t loca
             snap->tb_size[k] = tb->size;
             snap->tb_est_blocks[k] = tb->est_blocks;
             snap->tb_peak[k] = peak;
+            snap->tb_alloc_size[k] = tb->alloc_size;
+            snap->tb_alloc_blocks[k] = tb->alloc_blocks;
             local[id] = ++k;
         }
     }
@@ -191,7 +199,8 @@ take_unlocked(hw_snapshot_t *snap, int with_traces, uint32_t *local, size_t loca
     for (uint32_t i = 0; i < k; i++) {
         hw_tb_pin_unlocked(snap->tbs[i]);
     }
-    snap->ntbs_all = k;
+    snap->ntbs_alloc = k;
+    snap->alloc_folded = hw_tb_folded_unlocked();
     if (with_traces) {
         size_t n = copy_traces_unlocked(&hw_tracer.traces, local, snap->traces, trace_room);
         for (size_t d = 0; d < hw_tracer.ndomains; d++) {
@@ -222,9 +231,12 @@ reserve(hw_snapshot_t *snap, uint32_t **local, size_t *local_len, size_t *tb_roo
     hw_free(HW_MEM_SNAPSHOT, snap->tb_size);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_est_blocks);
     hw_free(HW_MEM_SNAPSHOT, snap->tb_peak);
+    hw_free(HW_MEM_SNAPSHOT, snap->tb_alloc_size);
+    hw_free(HW_MEM_SNAPSHOT, snap->tb_alloc_blocks);
     hw_free(HW_MEM_SNAPSHOT, snap->traces);
     snap->tbs = NULL;
     snap->tb_size = snap->tb_est_blocks = snap->tb_peak = NULL;
+    snap->tb_alloc_size = snap->tb_alloc_blocks = NULL;
     snap->traces = NULL;
     hw_lock();
     uint32_t bound = hw_tb_id_bound_unlocked();
@@ -240,11 +252,13 @@ reserve(hw_snapshot_t *snap, uint32_t **local, size_t *local_len, size_t *tb_roo
     snap->tb_size = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
     snap->tb_est_blocks = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
     snap->tb_peak = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
+    snap->tb_alloc_size = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
+    snap->tb_alloc_blocks = hw_malloc(HW_MEM_SNAPSHOT, *tb_room * sizeof(uint64_t));
     if (with_traces) {
         snap->traces = hw_malloc(HW_MEM_SNAPSHOT, *trace_room * sizeof(hw_snap_trace_t));
     }
     if (*local == NULL || snap->tbs == NULL || snap->tb_size == NULL || snap->tb_est_blocks == NULL ||
-        snap->tb_peak == NULL ||
+        snap->tb_peak == NULL || snap->tb_alloc_size == NULL || snap->tb_alloc_blocks == NULL ||
         (with_traces && snap->traces == NULL)) {
         return -1;
     }
@@ -288,16 +302,16 @@ hw_snapshot_take(int with_traces, int reset_peak)
     }
     hw_free(HW_MEM_SNAPSHOT, local);
     size_t nframes = 0;
-    snap->rf_off = hw_malloc(HW_MEM_SNAPSHOT, ((size_t)snap->ntbs_all + 1) * sizeof(size_t));
-    snap->resolved = hw_calloc(HW_MEM_SNAPSHOT, (size_t)snap->ntbs_all + 1, sizeof(uint16_t));
+    snap->rf_off = hw_malloc(HW_MEM_SNAPSHOT, ((size_t)snap->ntbs_alloc + 1) * sizeof(size_t));
+    snap->resolved = hw_calloc(HW_MEM_SNAPSHOT, (size_t)snap->ntbs_alloc + 1, sizeof(uint16_t));
     if (snap->rf_off == NULL || snap->resolved == NULL) {
         goto nomem;
     }
-    for (uint32_t i = 0; i < snap->ntbs_all; i++) {
+    for (uint32_t i = 0; i < snap->ntbs_alloc; i++) {
         snap->rf_off[i] = nframes;
         nframes += snap->tbs[i]->nframe;
     }
-    snap->rf_off[snap->ntbs_all] = nframes;
+    snap->rf_off[snap->ntbs_alloc] = nframes;
     snap->rframes = hw_malloc(HW_MEM_SNAPSHOT, (nframes + 1) * sizeof(hw_rframe_t));
     snap->filenames = PyDict_New();
     if (snap->rframes == NULL || snap->filenames == NULL) {

@@ -13,7 +13,9 @@
  *
  * Tracebacks 0 .. ntbs-1 have live traces; ntbs .. ntbs_all-1 have none
  * left but hold a per-site peak (tracer.h): a site that allocated and freed
- * within the interval.  Everything that the stdlib's API shows (traces,
+ * within the interval; ntbs_all .. ntbs_alloc-1 hold neither, only
+ * allocation totals (a site that allocated and freed before the interval).
+ * Everything that the stdlib's API shows (traces,
  * statistics, the traceback list, masks of ntbs bytes) sees the first ones
  * only.
  */
@@ -42,6 +44,10 @@ typedef struct {
     uint64_t *tb_peak;    /* estimated bytes in the interval's peak state */
     uint32_t ntbs;        /* tracebacks with live traces */
     uint32_t ntbs_all;    /* and those holding only a peak */
+    uint32_t ntbs_alloc;  /* and those holding only allocation totals */
+    uint64_t *tb_alloc_size;   /* allocation totals per traceback (tracebacks.h) */
+    uint64_t *tb_alloc_blocks;
+    hw_tb_folded_t alloc_folded; /* totals of the tracebacks swept (HW_TB_ALLOC_KEEP) */
     hw_snap_trace_t *traces; /* NULL unless taken with traces */
     size_t ntraces;
     int traceback_limit;

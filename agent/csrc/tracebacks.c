@@ -16,7 +16,8 @@ static uint32_t tb_ids_cap;
 static uint32_t tb_ids_bound = 1; /* id 0 is never handed out */
 static uint32_t tb_ids_free;      /* head of the free list, 0 when empty */
 static size_t idle_count;         /* interned tracebacks with idle set */
-static size_t idle_kept;          /* idle ones the last sweep kept: they hold a peak */
+static size_t idle_kept;          /* idle ones the last sweep kept: a peak or totals */
+static hw_tb_folded_t folded;     /* totals of the tracebacks swept (HW_TB_ALLOC_KEEP) */
 static uint64_t tb_generation;    /* moves when a traceback is freed or rewritten (thread.h) */
 static PyObject **graveyard;      /* code references to release with the GIL */
 static size_t graveyard_len;
@@ -507,6 +508,24 @@ tb_unintern_unlocked(hw_traceback_t *tb)
     tb_free_unlocked(tb);
 }
 
+/* Frees an idle traceback, its allocation totals folded first. */
+static void
+tb_drop_unlocked(hw_traceback_t *tb)
+{
+    if (tb->alloc_blocks != 0) {
+        folded.alloc_size += tb->alloc_size;
+        folded.alloc_blocks += tb->alloc_blocks;
+        folded.tracebacks++;
+    }
+    tb_unintern_unlocked(tb);
+}
+
+hw_tb_folded_t
+hw_tb_folded_unlocked(void)
+{
+    return folded;
+}
+
 HW_COLD void
 hw_tb_sweep_unlocked(void)
 {
@@ -514,14 +533,19 @@ hw_tb_sweep_unlocked(void)
         return;
     }
     size_t kept = 0;
+    size_t kept_for_totals = 0;
     for (uint32_t id = 1; id < tb_ids_bound; id++) {
         hw_traceback_t *tb = tb_ids[id];
         if (!((uintptr_t)tb & 1) && tb->idle) {
             if (hw_tb_holds_peak_unlocked(tb)) {
                 kept++;
             }
+            else if (tb->alloc_blocks != 0 && kept_for_totals < HW_TB_ALLOC_KEEP) {
+                kept_for_totals++;
+                kept++;
+            }
             else {
-                tb_unintern_unlocked(tb);
+                tb_drop_unlocked(tb);
             }
         }
     }
@@ -586,6 +610,8 @@ hw_tb_clear_unlocked(void)
             tb->size = 0;
             tb->est_blocks = 0;
             tb->peak_size = 0;
+            tb->alloc_size = 0;
+            tb->alloc_blocks = 0;
         }
         else {
             tb->id = 0;
@@ -605,6 +631,7 @@ hw_tb_clear_unlocked(void)
     tb_ids_free = 0;
     idle_count = 0;
     idle_kept = 0;
+    memset(&folded, 0, sizeof(folded));
     hw_pset_fini(&tb_set);
     hw_pset_fini(&name_set);
     initialized = 0;
@@ -710,7 +737,9 @@ release_orphans_unlocked(code_refs_t *table, size_t mask)
         for (int i = 0; tb != NULL && i < tb->nframe; i++) {
             if (code_is_orphan(table, mask, &tb->frames[i])) {
                 released++;
-                if (tb->idle && !hw_tb_holds_peak_unlocked(tb)) {
+                /* Totals outlive their code (a sweep caps them): an
+                 * exec()'d module's sites still show what they allocated. */
+                if (tb->idle && !hw_tb_holds_peak_unlocked(tb) && tb->alloc_blocks == 0) {
                     tb->idle = 0;
                     idle_count--;
                     tb_unintern_unlocked(tb);

@@ -10,7 +10,8 @@
  * sweep: a site that allocates and frees one block per iteration would
  * otherwise free and re-create its traceback every time.  Idle tracebacks are
  * swept when they outnumber the tracebacks in use (and at every drain), so the
- * tracer's memory stays bounded by live traces.  A traceback owns one strong
+ * tracer's memory stays bounded by live traces (plus at most HW_TB_ALLOC_KEEP
+ * idle ones kept for their allocation totals).  A traceback owns one strong
  * reference to each code object it names; when it is freed those references go
  * to the graveyard, to be released later with the GIL, because a sweep can run
  * inside a free hook that runs without the GIL or must not run Python code.
@@ -55,6 +56,12 @@ typedef struct hw_traceback {
      * peak, valid while peak_gen equals hw_tracer.peak_gen. */
     uint32_t peak_gen;
     uint64_t peak_size;
+    /* Allocation totals since tracing started (Go's alloc_space and
+     * alloc_objects): every trace added here counts, weighed as the live
+     * ones (sampled and scaled in sample mode).  A re-stamp moves a block,
+     * it allocates nothing, so it does not count. */
+    uint64_t alloc_size;
+    uint64_t alloc_blocks; /* HW_COUNT_ONE units */
     hw_frame_t frames[];
     /* followed by int32_t lines[nframe]: see hw_tb_lines() */
 } hw_traceback_t;
@@ -90,9 +97,26 @@ hw_tb_release_if_unused_unlocked(hw_traceback_t *tb)
         hw_tb_unused_unlocked(tb);
     }
 }
+/* Idle tracebacks a sweep keeps for their allocation totals alone (those
+ * holding a peak are kept anyway).  Past this many, the sweep folds an idle
+ * traceback's totals into hw_tb_folded_unlocked() and frees it, so the
+ * totals cost at most this many tracebacks beyond the live ones.  The first
+ * sites to go idle keep their place: a site that keeps allocating keeps its
+ * traceback, and a sweep never sorts. */
+#define HW_TB_ALLOC_KEEP 8192
+
+/* What sweeps folded: the totals of the freed tracebacks, and how many. */
+typedef struct {
+    uint64_t alloc_size;
+    uint64_t alloc_blocks; /* HW_COUNT_ONE units */
+    uint64_t tracebacks;
+} hw_tb_folded_t;
+hw_tb_folded_t hw_tb_folded_unlocked(void);
+
 /* Frees every idle traceback but those holding a per-site peak
  * (hw_tb_holds_peak_unlocked, tracer.h): a site that allocated 50 MiB and
- * freed it all must still show 50 MiB until the next peak reset. */
+ * freed it all must still show 50 MiB until the next peak reset.  Those
+ * holding allocation totals are kept up to HW_TB_ALLOC_KEEP. */
 void hw_tb_sweep_unlocked(void);
 /* Pins tb for a snapshot, idle or not. */
 void hw_tb_pin_unlocked(hw_traceback_t *tb);

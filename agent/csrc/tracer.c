@@ -121,8 +121,10 @@ peak_touch_unlocked(hw_traceback_t *tb)
     }
 }
 
+/* alloc: the trace is a new allocation (not a re-stamp), which counts in
+ * the traceback's allocation totals (tracebacks.h). */
 static inline void
-account_add_unlocked(hw_traceback_t *tb, size_t size)
+account_add_unlocked(hw_traceback_t *tb, size_t size, int alloc)
 {
     uint64_t est, cnt;
     hw_weigh(size, &est, &cnt);
@@ -130,6 +132,10 @@ account_add_unlocked(hw_traceback_t *tb, size_t size)
     tb->ntraces++;
     tb->size += est;
     tb->est_blocks += cnt;
+    if (alloc) {
+        tb->alloc_size += est;
+        tb->alloc_blocks += cnt;
+    }
     hw_tracer.traced += est;
     hw_tracer.est_blocks += cnt;
 }
@@ -185,7 +191,7 @@ put_uncommon_unlocked(int res, uint32_t domain, uintptr_t ptr, size_t size, hw_t
      * share the traceback, which must not be released in between
      * (tests/core/test_trace_table.py). */
     peak_before_change_unlocked();
-    account_add_unlocked(tb, size);
+    account_add_unlocked(tb, size, 1);
     if (filtered(domain)) {
         hw_filter_add_unlocked(ptr, -1);
     }
@@ -198,7 +204,7 @@ put_unlocked(hw_traces_t *table, uint32_t domain, uintptr_t ptr, size_t size, hw
     hw_trace_t old;
     int res = hw_traces_put_unlocked(table, ptr, tb->id, size, &old);
     if (HW_LIKELY(res == 0)) {
-        account_add_unlocked(tb, size);
+        account_add_unlocked(tb, size, 1);
         hw_store_counter(&hw_tracer.ntraces, hw_tracer.ntraces + 1);
     }
     else {
@@ -319,7 +325,7 @@ hw_restamp_unlocked(uintptr_t ptr, hw_capture_t *cap)
     /* The block's weight moves from one traceback to the other: the totals,
      * and so the peak, do not change; the peak state is committed first. */
     peak_before_change_unlocked();
-    account_add_unlocked(tb, old.size);
+    account_add_unlocked(tb, old.size, 0);
     account_remove_unlocked(hw_tb_by_id_unlocked(old.tb), old.size);
 }
 

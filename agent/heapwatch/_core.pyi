@@ -39,6 +39,8 @@ RawAgedTrace = tuple[int, int, Frames, int, int]
 RawAges = tuple[Frames, int, int, tuple[int, ...]]
 RawTracebackInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int]
 RawTracebackPeakInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int, int]
+# (domain, frames, total_nframe, size, count, peak, alloc_size, alloc_count)
+RawTracebackAllocInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int, int, int, int]
 KeyType = Literal["traceback", "filename", "lineno"]
 Mode = Literal["exact", "sample"]
 
@@ -46,6 +48,7 @@ MAX_NFRAME: int
 MAX_SAMPLE_INTERVAL: int
 DEFAULT_SAMPLE_INTERVAL: int
 MAX_AGE: int
+ALLOC_KEEP: int
 AGE_BUCKETS: int
 SMALL_FILE_MAX: int
 
@@ -118,6 +121,10 @@ class Snapshot:
     def ntracebacks(self) -> int: ...
     @property
     def epoch(self) -> int: ...
+    @property
+    def allocs_folded(self) -> tuple[int, int, int]:
+        """(bytes, blocks, tracebacks): the allocation totals that sweeps
+        folded when more than ALLOC_KEEP idle tracebacks held some."""
     @overload
     def traces(self, mask: bytes | None = None, ages: Literal[False] = False) -> list[RawTrace]:
         """Every trace (of the tracebacks the mask keeps); needs traces=True."""
@@ -125,11 +132,15 @@ class Snapshot:
     def traces(self, mask: bytes | None = None, *, ages: Literal[True]) -> list[RawAgedTrace]: ...
     @overload
     def tracebacks(
-        self, names: bool = False, peaks: Literal[False] = False
+        self, names: bool = False, peaks: Literal[False] = False, allocs: Literal[False] = False
     ) -> list[RawTracebackInfo]: ...
     @overload
     def tracebacks(
-        self, names: bool = False, *, peaks: Literal[True]
+        self, names: bool = False, peaks: bool = False, *, allocs: Literal[True]
+    ) -> list[RawTracebackAllocInfo]: ...
+    @overload
+    def tracebacks(
+        self, names: bool = False, *, peaks: Literal[True], allocs: Literal[False] = False
     ) -> list[RawTracebackPeakInfo]:
         """One (domain, frames, total_nframe, size, count) per traceback, in the
         index order that masks use (one byte per traceback, non-zero keeps it).
@@ -138,7 +149,11 @@ class Snapshot:
         With peaks=True each row ends with the traceback's peak, and the
         tracebacks with no live trace left that hold a peak follow; a mask
         may then have one byte per row (a mask of one byte per live
-        traceback keeps those)."""
+        traceback keeps those).  With allocs=True each row ends with the
+        peak, then the bytes and blocks allocated at the traceback since
+        tracing started (sampled and scaled in sample mode), and the
+        tracebacks holding only those totals follow the peak ones; masks
+        never cover those."""
     def group(
         self,
         key_type: KeyType,

@@ -175,6 +175,18 @@ CATALOGUE: tuple[Metric, ...] = (
         site_value=lambda s: s.peak,
     ),
     Metric(
+        "heapwatch.lineno.allocated",
+        "By",
+        "heapwatch_lineno_allocated_bytes_total",
+        "bytes",
+        "counter",
+        "Bytes allocated at each exported site since tracing started, freed or not (an "
+        "estimate in sample mode): rate() shows the allocation hot spots, the churn a live "
+        'view never shows. The code_file_path="<other>" series holds the other sites and '
+        "the totals the tracer folded past its cap.",
+        site_value=lambda s: s.allocated,
+    ),
+    Metric(
         "heapwatch.lineno.leak_score",
         "1",
         "heapwatch_lineno_leak_score",

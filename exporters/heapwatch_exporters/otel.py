@@ -38,6 +38,7 @@ from heapwatch_exporters._catalogue import (
     OTEL_ATTRIBUTE_LINE,
 )
 from heapwatch_exporters._catalogue import Metric as CatalogueMetric
+from heapwatch_exporters._resource import service_resource
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -220,13 +221,12 @@ def build_meter_provider(
     from opentelemetry.sdk.metrics.export import (  # noqa: PLC0415
         PeriodicExportingMetricReader,
     )
-    from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
 
     env = os.environ if environ is None else environ
     if exporter is None:
         exporter = _otlp_exporter(env)
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=math.inf)
-    resource = Resource.create({"process.pid": os.getpid()})
+    resource = service_resource()
     # The agent shuts the provider down (after its last cycle), not the SDK's
     # own exit hook, which would run first.
     provider = SdkMeterProvider(metric_readers=[reader], resource=resource, shutdown_on_exit=False)

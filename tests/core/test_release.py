@@ -125,7 +125,9 @@ def test_the_same_site_compiled_twice_merges_once_both_are_gone(core: ModuleType
 @pytest.mark.slow
 def test_tracer_memory_stays_flat_while_tracebacks_churn(core: ModuleType) -> None:
     core.start(5)
-    _churn_distinct_tracebacks(0, 2000)
+    # Past the ALLOC_KEEP idle tracebacks kept for their allocation totals
+    # (docs/design/core.md): from there on, sweeps fold what comes and goes.
+    _churn_distinct_tracebacks(0, core.ALLOC_KEEP + 2000)
     gc.collect()  # exec'd namespaces are cycles: their blocks live until a collection
     core.drain()
     baseline = core.get_tracemalloc_memory()
@@ -146,18 +148,22 @@ def test_tracer_memory_stays_flat_while_tracebacks_churn(core: ModuleType) -> No
 def test_snapshots_sweep_idle_tracebacks_and_drain_the_graveyard(core: ModuleType) -> None:
     core.start(1)
     before = core.get_stats()["tracebacks"]
-    _churn_distinct_tracebacks(0, 300)
+    # (past the ALLOC_KEEP idle tracebacks a sweep keeps for their
+    # allocation totals: docs/design/core.md, "Allocation totals")
+    _churn_distinct_tracebacks(0, core.ALLOC_KEEP + 300)
     gc.collect()
     # Dead tracebacks stay interned, idle, until a sweep ...
-    assert core.get_stats()["tracebacks"] >= before + 300
+    assert core.get_stats()["tracebacks"] >= before + core.ALLOC_KEEP + 300
     # Those that made the peak are kept until a peak reset (test_site_peaks.py);
     # on 3.9 and 3.10 the blocks of dead code go with the drain's orphans.
     core.drain()
     core.reset_peak()
     core.take_snapshot(traces=False)
     stats = core.get_stats()
-    # ... which every snapshot runs, releasing their code objects too.
-    assert stats["tracebacks"] < before + 50
+    # ... which every snapshot runs, releasing their code objects too; it
+    # keeps at most ALLOC_KEEP of them for their totals, folding the rest.
+    assert stats["tracebacks"] < before + core.ALLOC_KEEP + 50
+    assert core.take_snapshot(traces=False).allocs_folded[2] >= 250
     assert stats["graveyard"] < 10  # what died since the drain
 
 

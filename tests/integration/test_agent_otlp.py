@@ -123,6 +123,7 @@ EXPECTED_UNITS = {
     "heapwatch.lineno.blocks": "{block}",
     "heapwatch.lineno.growth": "By",
     "heapwatch.lineno.peak": "By",
+    "heapwatch.lineno.allocated": "By",
     "heapwatch.lineno.leak_score": "1",
     "heapwatch.lineno.leak_rate": "By/s",
     "heapwatch.tracer.memory": "By",

@@ -103,6 +103,10 @@ def test_a_spike_freed_within_the_interval_shows_in_the_peaks_not_the_sizes(mode
     assert about(ours(found["heapwatch_lineno_peak_bytes"], B_LINE), 10)
     peaks = found["heapwatch_lineno_peak_bytes"]
     assert sum(v for _, v in peaks) == found["heapwatch_traced_peak_bytes"][0][1]
+    # and the allocation counter: A allocated 50 MiB it no longer holds
+    assert about(sites[__file__, A_LINE].allocated, 50)
+    assert about(ours(found["heapwatch_lineno_allocated_bytes_total"], A_LINE), 50)
+    assert about(ours(found["heapwatch_lineno_allocated_bytes_total"], B_LINE), 10)
     # OpenTelemetry: the application's reader
     otel_peaks: dict[tuple[Any, Any], float] = {}
     data = reader.get_metrics_data()
@@ -119,6 +123,11 @@ def test_a_spike_freed_within_the_interval_shows_in_the_peaks_not_the_sizes(mode
     assert about(otel_peaks[__file__, A_LINE], 50)
     assert about(otel_peaks[__file__, B_LINE], 10)
     assert sum(otel_peaks.values()) == result.peak
+    # A spike again adds to A's allocation counter; its size stays put
+    spike_fifty_mib()
+    again = {(s.file, s.line): s for s in agent.run_cycle().sites}
+    assert about(again[__file__, A_LINE].allocated, 100)
+    assert again[__file__, A_LINE].size < slack
     del held
     assert heapwatch.stop_agent() is True
     provider.shutdown()

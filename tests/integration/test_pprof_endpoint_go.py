@@ -1,4 +1,5 @@
-"""``go tool pprof`` reads the agent's /debug/pprof/heap and shows the leaking line."""
+"""``go tool pprof`` reads the agent's /debug/pprof/heap and /allocs: the
+leaking line tops inuse_space, the churning one alloc_space."""
 
 from __future__ import annotations
 
@@ -33,18 +34,24 @@ def hoard_memory() -> None:
         hoard.append(bytearray(100_000))  # LEAK
 
 
-def fetch_profile(tmp_path: Path, mode: str) -> Path:
+def churn_memory() -> None:
+    """Allocates and frees 100 MB, five times what hoard_memory keeps."""
+    for _ in range(1_000):
+        block = bytearray(100_000)
+        del block
+
+
+def fetch_profile(tmp_path: Path, mode: str, route: str = "/debug/pprof/heap") -> Path:
     agent = Agent(
         AgentConfig(port=0, interval=3600, mode=mode, sample_interval=64 * 1024, token=TOKEN)
     )
     assert agent.start()
     try:
         hoard_memory()
+        churn_memory()
         base = agent.serve()
         assert base is not None
-        request = urllib.request.Request(
-            base + "/debug/pprof/heap", headers={"Authorization": f"Bearer {TOKEN}"}
-        )
+        request = urllib.request.Request(base + route, headers={"Authorization": f"Bearer {TOKEN}"})
         with urllib.request.urlopen(request, timeout=60) as response:
             path = tmp_path / f"{mode}.pb.gz"
             path.write_bytes(response.read())
@@ -75,9 +82,33 @@ def test_go_tool_pprof_top_shows_the_leaking_function_and_line(
     assert name.startswith("hoard_memory ")
     assert name.endswith(f"{HERE}:{LEAK_LINE}")
     raw = run_pprof(go, "-raw", str(profile))
-    assert "inuse_objects/count inuse_space/bytes[dflt]" in raw
+    assert (
+        "alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes[dflt]" in raw
+    )
     if mode == "sample":
         assert "Period: 65536" in raw
+    # And the churning function, which holds nothing, is not in the live view
+    assert all(row[2] != "churn_memory" for row in by_function)
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_go_tool_pprof_allocs_shows_the_churning_function(
+    go: tuple[str, dict[str, str], Path], tmp_path: Path, mode: str
+) -> None:
+    # Given /debug/pprof/allocs of a process that allocated and freed 100 MB
+    # from one function and holds 20 MB from another
+    profile = fetch_profile(tmp_path, mode, "/debug/pprof/allocs")
+    # When go tool pprof ranks it by its default sample type
+    raw = run_pprof(go, "-raw", str(profile))
+    rows = top_rows(run_pprof(go, "-top", str(profile)))
+    # Then that type is alloc_space and the churn comes first, the leak after
+    assert "alloc_space/bytes[dflt]" in raw
+    names = [row[2] for row in rows]
+    assert names[0] == "churn_memory"
+    assert "hoard_memory" in names
+    # And by objects too (1,000 blocks against 200)
+    by_objects = top_rows(run_pprof(go, "-top", "-sample_index=alloc_objects", str(profile)))
+    assert by_objects[0][2] == "churn_memory"
 
 
 def test_go_tool_pprof_reads_a_converted_dump(

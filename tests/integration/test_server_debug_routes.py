@@ -35,6 +35,7 @@ ROUTES = (
     "/debug/heapwatch/diff",
     "/debug/heapwatch/leaks",
     "/debug/pprof/heap",
+    "/debug/pprof/allocs",
 )
 HERE = os.path.abspath(__file__)
 LEAK_LINE = next(
@@ -186,6 +187,7 @@ def test_top_by_traceback_shows_the_callers(start_agent: Callable[..., Agent]) -
 
 TOP, DIFF = "/debug/heapwatch/top", "/debug/heapwatch/diff"
 SNAPSHOT, PPROF = "/debug/heapwatch/snapshot", "/debug/pprof/heap"
+ALLOCS = "/debug/pprof/allocs"
 BAD_PARAMETERS = [
     (TOP, "key_type=module", "key_type='module' is invalid: key_type is one of lineno, filename"),
     (TOP, "limit=-1", "limit='-1' is invalid: limit is an integer from 0 to 10000"),
@@ -200,7 +202,9 @@ BAD_PARAMETERS = [
     (TOP, "limit=1&limit=2", "parameter 'limit' is given 2 times"),
     (DIFF, "path=/etc/passwd", "unknown parameter 'path': this route takes key_type, limit"),
     (SNAPSHOT, "file=x", "unknown parameter 'file': this route takes no parameters"),
-    (PPROF, "seconds=30", "unknown parameter 'seconds': this route takes gc"),
+    (PPROF, "seconds=30", "unknown parameter 'seconds': this route takes gc, debug"),
+    (PPROF, "debug=1", "debug='1' is not served: Go's text formats"),
+    (ALLOCS, "debug=2", "debug='2' is not served"),
     (PPROF, "gc=2", "gc='2' is invalid: gc is 0 or 1"),
     (PPROF, "gc=true", "gc='true' is invalid: gc is 0 or 1"),
 ]
@@ -315,9 +319,12 @@ def test_pprof_profile_of_live_memory(start_agent: Callable[..., Agent]) -> None
     profile = decode_profile(body)
     strings = profile["string_table"]
     assert [(strings[t["type"]], strings[t["unit"]]) for t in profile["sample_type"]] == [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
         ("inuse_objects", "count"),
         ("inuse_space", "bytes"),
     ]
+    assert strings[profile["default_sample_type"]] == "inuse_space"
     assert (strings[profile["period_type"]["type"]], profile["period"]) == ("space", 4096)
     functions = {f["id"]: strings[f["name"]] for f in profile["function"]}
     lines = {
@@ -325,11 +332,47 @@ def test_pprof_profile_of_live_memory(start_agent: Callable[..., Agent]) -> None
         for loc in profile["location"]
     }
     leaking = [
-        s["value"][1]
+        s["value"][3]
         for s in profile["sample"]
         if lines[s["location_id"][0]] == ("leak", LEAK_LINE)
     ]
     assert sum(leaking) > 40 * 50_000 // 2  # an estimate
+
+
+def test_allocs_is_the_same_profile_with_alloc_space_first(
+    start_agent: Callable[..., Agent],
+) -> None:
+    agent = start_agent()
+    status, headers, body = get(url_of(agent, ALLOCS), AUTH)
+    assert status == 200
+    assert 'filename="allocs.pb.gz"' in headers["Content-Disposition"]
+    profile = decode_profile(body)
+    strings = profile["string_table"]
+    assert strings[profile["default_sample_type"]] == "alloc_space"
+    assert len(profile["sample_type"]) == 4
+
+
+GO_DEFAULT_SCRAPES = [
+    "/debug/pprof/profile",
+    "/debug/pprof/goroutine",
+    "/debug/pprof/block",
+    "/debug/pprof/mutex",
+    "/debug/pprof/profile?seconds=14",
+]
+
+
+@pytest.mark.parametrize("path", GO_DEFAULT_SCRAPES)
+def test_other_go_profiles_are_a_404_that_waits_for_nothing(
+    start_agent: Callable[..., Agent], path: str
+) -> None:
+    # Alloy scrapes these by default; Go's /profile would run a CPU profile
+    # for 30 s.  Given a dump in flight (the dump lock held)
+    agent = start_agent()
+    with service_of(agent).dump_lock:
+        # When Alloy asks for a profile heapwatch does not have
+        status, _, body = get(url_of(agent, path), AUTH)
+    # Then it is told at once that there is none, not to come back later
+    assert status == 404, body
 
 
 class HeldSource:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -96,6 +96,20 @@ class ModelSnapshot:
     def group(self, key_type: str, *, ages: bool = False) -> ModelGroups:
         assert key_type == "lineno"
         return self._groups
+
+    def tracebacks(
+        self, names: bool = False, peaks: bool = False, *, allocs: Literal[True]
+    ) -> list[_core.RawTracebackAllocInfo]:
+        """As the core with allocs=True: the model's sites allocated what
+        they hold and never freed."""
+        return [
+            (0, (key,), 1, size, count, self._groups.site_peaks.get(key, 0), size, count)
+            for key, (size, count) in self._groups.sites.items()
+        ]
+
+    @property
+    def allocs_folded(self) -> tuple[int, int, int]:
+        return (0, 0, 0)
 
 
 class ModelSource:

@@ -88,8 +88,8 @@ def test_the_first_cycle_is_the_baseline_and_hands_its_state_on() -> None:
     first = cycle(source)
     # Then every growth is 0, <other> sums the rest, and it began epoch 1
     assert by_site(first.result.sites) == {
-        ("app.py", 10): Site("app.py", 10, 1000, 2, 0, peak=1000),
-        ("lib.py", 5): Site("lib.py", 5, 300, 3, 0, peak=300),
+        ("app.py", 10): Site("app.py", 10, 1000, 2, 0, peak=1000, allocated=1000),
+        ("lib.py", 5): Site("lib.py", 5, 300, 3, 0, peak=300, allocated=300),
         (OTHER_FILE, OTHER_LINE): Site(OTHER_FILE, OTHER_LINE, 0, 0, 0, 0, None, None),
     }
     assert (source.epoch, first.result.epoch) == (1, 1)

@@ -39,8 +39,8 @@ def test_first_cycle_is_the_baseline_with_no_growth() -> None:
     assert result.traced == 1300
     assert result.blocks == 5
     assert by_site(result.sites) == {
-        ("app.py", 10): Site("app.py", 10, 1000, 2, 0, peak=1000),
-        ("lib.py", 5): Site("lib.py", 5, 300, 3, 0, peak=300),
+        ("app.py", 10): Site("app.py", 10, 1000, 2, 0, peak=1000, allocated=1000),
+        ("lib.py", 5): Site("lib.py", 5, 300, 3, 0, peak=300, allocated=300),
         (OTHER_FILE, OTHER_LINE): Site(OTHER_FILE, OTHER_LINE, 0, 0, 0, 0, None, None),
     }
 
@@ -100,7 +100,7 @@ def test_top_zero_publishes_only_other() -> None:
     source = ModelSource()
     source.allocate("app.py", 1, 10)
     result = make_agent(source, top=0).run_cycle()
-    assert result.sites == (Site(OTHER_FILE, OTHER_LINE, 10, 1, 0, 10, None, None),)
+    assert result.sites == (Site(OTHER_FILE, OTHER_LINE, 10, 1, 0, 10, None, None, 10),)
 
 
 def test_peak_is_the_peak_during_the_interval_and_resets() -> None:

@@ -86,6 +86,7 @@ FIXED_NAMES = {
     "heapwatch_lineno_blocks",
     "heapwatch_lineno_growth_bytes",
     "heapwatch_lineno_peak_bytes",
+    "heapwatch_lineno_allocated_bytes_total",
     "heapwatch_lineno_leak_score",
     "heapwatch_lineno_leak_rate_bytes_per_second",
     "heapwatch_tracer_memory_bytes",

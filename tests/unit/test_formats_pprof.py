@@ -436,3 +436,43 @@ def test_heapwatch_exporters_pprof_keeps_its_names() -> None:
     assert first_home.__all__ == pprof.__all__
     for name in pprof.__all__:
         assert getattr(first_home, name) is getattr(pprof, name)
+
+
+def test_allocs_profile_has_gos_four_sample_types_in_gos_order() -> None:
+    frame = ("app.py", 3, "churn")
+    sample = HeapSample((frame,), count=2, size=200, alloc_count=7, alloc_size=7_000)
+    for default in ("inuse_space", "alloc_space"):
+        profile = encode([sample], allocs=True, default_sample_type=default)
+        types = [
+            (string(profile, t["type"]), string(profile, t["unit"])) for t in profile["sample_type"]
+        ]
+        assert types == [
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes"),
+        ]
+        assert string(profile, profile["default_sample_type"]) == default
+        assert profile["sample"][0]["value"] == [7, 7_000, 2, 200]
+
+
+def test_a_default_sample_type_the_profile_lacks_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"default_sample_type must be one of .*'alloc_space'"):
+        encode([], default_sample_type="alloc_space")
+
+
+def test_folded_totals_are_one_sample_of_their_own() -> None:
+    assert pprof.folded_sample((0, 0, 0)) is None
+    folded = pprof.folded_sample((5_000, 40, 3))
+    assert folded is not None
+    profile = encode([folded], allocs=True)
+    ((frames, values),) = stacks(profile)
+    assert frames[0][0] == pprof.FOLDED_SITES
+    assert values == [40, 5_000, 0, 0]
+
+
+def test_core_rows_with_allocation_totals() -> None:
+    rows = [(0, (("a.py", 1, "f"),), 1, 100, 1, 100, 900, 9), (0, (("a.py", 1, "f"),), 1, 5, 1)]
+    first, second = pprof.heap_samples_from_tracebacks(rows)
+    assert (first.alloc_count, first.alloc_size, first.size) == (9, 900, 100)
+    assert (second.alloc_count, second.alloc_size) == (0, 0)

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 ENV_PREFIX = "HEAPWATCH_"
-EXPORTER_NAMES = ("prometheus", "otlp")
+EXPORTER_NAMES = ("prometheus", "otlp", "pyroscope")
 MIN_INTERVAL = 0.05
 MAX_INTERVAL = 86400.0
 # The leak score's sliding window: down to 10 s so that tests can compress
@@ -227,7 +227,7 @@ def _parse_mode(text: str) -> str:
 
 
 def _parse_exporters(text: str) -> tuple[str, ...]:
-    accepted = "a comma-separated list of prometheus and otlp, or none"
+    accepted = "a comma-separated list of prometheus, otlp and pyroscope, or none"
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     if names == ["none"]:
         return ()
@@ -241,6 +241,39 @@ def _parse_host(text: str) -> str:
     if not host or any(c.isspace() for c in host):
         raise ValueError("an address to listen on, such as 127.0.0.1, 0.0.0.0 or ::1")
     return host
+
+
+def _parse_pyroscope_url(text: str) -> str:
+    from urllib.parse import urlsplit  # noqa: PLC0415 (only when one is set)
+
+    url = text.strip().rstrip("/")
+    accepted = (
+        "Pyroscope's base URL, http:// or https:// with a host, such as "
+        "http://pyroscope:4040 (heapwatch appends /ingest)"
+    )
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port that is not a number raises here
+    except ValueError:
+        raise ValueError(accepted) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(accepted)
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(
+            "a base URL without query, fragment or credentials (credentials go in "
+            "HEAPWATCH_PYROSCOPE_USER and HEAPWATCH_PYROSCOPE_PASSWORD)"
+        )
+    return url
+
+
+def _parse_header_value(what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip()
+        if not value or len(value) > 256 or any(not c.isprintable() for c in value):
+            raise ValueError(f"{what}: 1 to 256 printable characters")
+        return value
+
+    return parse
 
 
 def _parse_token(text: str) -> str:
@@ -404,10 +437,31 @@ _FIELDS = (
     _Field("dump_max_bytes", _parse_byte_limit),
     _Field("dump_at", parse_dump_at),
     _Field("termination_log", _parse_termination_log),
+    # The pyroscope exporter's (HEAPWATCH_EXPORTERS=...,pyroscope).
+    _Field("pyroscope_url", _parse_pyroscope_url),
+    _Field("pyroscope_user", _parse_header_value("a basic-auth user, such as a Grafana Cloud id")),
+    _Field(
+        "pyroscope_password",
+        _parse_header_value("a basic-auth password or API token"),
+        secret=True,
+    ),
+    _Field("pyroscope_tenant_id", _parse_header_value("the X-Scope-OrgID of a tenant")),
 )
 # Settings that take None from code: off ("none" or unset in the environment),
 # or for nframe the mode's default (unset in the environment).
-_OPTIONAL = frozenset({"nframe", "token", "dump_signal", "dump_dir", "termination_log"})
+_OPTIONAL = frozenset(
+    {
+        "nframe",
+        "token",
+        "dump_signal",
+        "dump_dir",
+        "termination_log",
+        "pyroscope_url",
+        "pyroscope_user",
+        "pyroscope_password",
+        "pyroscope_tenant_id",
+    }
+)
 _FIELDS_BY_NAME = {field.name: field for field in _FIELDS}
 # Settings in seconds: a number from code is read as seconds.
 _DURATIONS = frozenset({"interval", "leak_window"})
@@ -453,6 +507,14 @@ class AgentConfig(NamedTuple):
             goes at each crossing: ``"auto"`` (the default) is
             ``/dev/termination-log`` when it exists and is writable; None
             switches it off.
+        pyroscope_url: HEAPWATCH_PYROSCOPE_URL, the Pyroscope server the
+            ``pyroscope`` exporter pushes each cycle's profile to
+            (``<url>/ingest``).
+        pyroscope_user, pyroscope_password: HEAPWATCH_PYROSCOPE_USER and
+            HEAPWATCH_PYROSCOPE_PASSWORD, its basic auth (Grafana Cloud's
+            instance id and an access token); the password is a secret.
+        pyroscope_tenant_id: HEAPWATCH_PYROSCOPE_TENANT_ID, sent as
+            ``X-Scope-OrgID`` to a multi-tenant Pyroscope.
     """
 
     enabled: bool = True
@@ -473,11 +535,18 @@ class AgentConfig(NamedTuple):
     dump_max_bytes: int = 0
     dump_at: tuple[Threshold, ...] = tuple(parse_dump_at(",".join(DEFAULT_DUMP_AT)))
     termination_log: str | None = TERMINATION_LOG_AUTO
+    pyroscope_url: str | None = None
+    pyroscope_user: str | None = None
+    pyroscope_password: str | None = None
+    pyroscope_tenant_id: str | None = None
 
     def __repr__(self) -> str:
-        # The token must not reach a log line through a repr.
-        shown = self._replace(token="<redacted>") if self.token is not None else self
-        fields = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields, shown))
+        # The secrets must not reach a log line through a repr.
+        secrets = {f.name for f in _FIELDS if f.secret}
+        fields = ", ".join(
+            f"{name}={'<redacted>' if name in secrets and value is not None else value!r}"
+            for name, value in zip(self._fields, self)
+        )
         return f"AgentConfig({fields})"
 
     @classmethod

@@ -76,6 +76,10 @@ class Site(NamedTuple):
     leak_rate: float | None = 0.0
     """Bytes per second its memory grew at over the span scored; None for
     ``<other>``."""
+    allocated: int = 0
+    """Bytes allocated there since tracing started, freed or not (Go's
+    alloc_space; an estimate in sample mode).  A counter, but it can go back
+    when the core folds an idle site's totals (docs/design/core.md)."""
 
 
 class CycleResult(NamedTuple):

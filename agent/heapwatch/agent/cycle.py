@@ -192,6 +192,7 @@ def compose_cycle(
     # that allocated and freed within the interval made the peak too).
     by_peak = _by_peak(groups, settings.top, top_keys | set(suspects[: settings.top * 2]))
     peaks = {site_of(row[0]): row[3] for row in by_peak}
+    allocated, live, allocated_total = _allocated_by_site(snapshot)
     known = {site_of(row[0]): (row[1], row[2]) for row in by_peak}
     known.update((site_of(row[0]), (row[1], row[2])) for row in ages)
     all_previous: dict[Key, int] | None = None
@@ -206,7 +207,7 @@ def compose_cycle(
         return all_previous.get(key, 0)
 
     def site(key: Key, growth: int | None = None) -> Site:
-        size, count = known.get(key, (0, 0))
+        size, count = known.get(key) or live.get(key, (0, 0))
         if growth is None:
             growth = 0 if first else size - previous_size(key)
         score = scores.get(key)
@@ -219,6 +220,7 @@ def compose_cycle(
             peaks.get(key, 0),
             score.score if score is not None else 0.0,
             score.rate if score is not None else 0.0,
+            allocated.get(key, 0),
         )
 
     sites = [site(site_of(row[0]), row[2]) for row in top]
@@ -252,6 +254,7 @@ def compose_cycle(
             snapshot.peak - sum(s.peak for s in sites),
             None,
             None,
+            allocated_total - sum(s.allocated for s in sites),
         )
     )
     dropped = source.dropped()
@@ -297,6 +300,25 @@ def compose_cycle(
         epoch_began=began,
     )
     return Cycle(result, state, scores, last_snapshot)
+
+
+def _allocated_by_site(
+    snapshot: Any,
+) -> tuple[dict[Key, int], dict[Key, tuple[int, int]], int]:
+    """Bytes allocated per site since tracing started, the live bytes and
+    blocks of those sites, and the total allocated with what the core
+    folded: one pass over the snapshot's tracebacks."""
+    allocated: dict[Key, int] = {}
+    live: dict[Key, tuple[int, int]] = {}
+    for _domain, frames, _total, size, count, _peak, alloc_size, _blocks in snapshot.tracebacks(
+        allocs=True
+    ):
+        key = site_of(frames)
+        allocated[key] = allocated.get(key, 0) + alloc_size
+        old_size, old_count = live.get(key, (0, 0))
+        live[key] = (old_size + size, old_count + count)
+    total = sum(allocated.values()) + snapshot.allocs_folded[0]
+    return allocated, live, total
 
 
 def _watchable(groups: Any, watched: frozenset[Key]) -> list[tuple[Any, int, int, Sequence[int]]]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from heapwatch.formats.estimates import round_count, weigher
 
 if TYPE_CHECKING:
-    from heapwatch._core import Frames, Mode, RawTrace
+    from heapwatch._core import Frames, Mode, RawTrace, Snapshot
 
 from heapwatch.formats.protobuf import (
     WIRE_LEN,
@@ -36,12 +36,16 @@ from heapwatch.formats.protobuf import (
 )
 
 __all__ = [
+    "ALLOCS_SAMPLE_TYPES",
+    "FOLDED_SITES",
     "INT64_MAX",
     "PYTHON_MAPPING",
     "UNKNOWN",
     "HeapSample",
     "decode_profile",
+    "encode_go_heap_profile",
     "encode_heap_profile",
+    "folded_sample",
     "heap_samples",
     "heap_samples_from_tracebacks",
     "write_pprof",
@@ -56,9 +60,15 @@ UNKNOWN = "<unknown>"
 PYTHON_MAPPING = "[python]"
 """File name of the profile's one mapping, which every location refers to."""
 
+FOLDED_SITES = "<folded sites>"
+"""The one frame of the sample that carries the allocation totals the core
+folded past its cap (``Snapshot.allocs_folded``, docs/design/core.md)."""
+
 # pprof's convention for heap profiles (Go's runtime writes the same names):
 # index 0 counts events, the last one is the default.
-_SAMPLE_TYPES = (("inuse_objects", "count"), ("inuse_space", "bytes"))
+_INUSE_SAMPLE_TYPES = (("inuse_objects", "count"), ("inuse_space", "bytes"))
+ALLOCS_SAMPLE_TYPES = (("alloc_objects", "count"), ("alloc_space", "bytes"), *_INUSE_SAMPLE_TYPES)
+"""Go's four heap sample types, in the order its runtime writes them."""
 _DEFAULT_SAMPLE_TYPE = "inuse_space"
 _PERIOD_TYPE = ("space", "bytes")
 _MODES = ("exact", "sample")
@@ -117,7 +127,10 @@ class HeapSample:
     ``count`` and ``size`` are the live blocks and bytes (unbiased estimates in
     sampling mode), non-negative. ``domain`` is the tracemalloc domain (0 for
     Python's allocators). ``total_nframe`` is the traceback's depth before it
-    was truncated to ``frames`` (0 when unknown).
+    was truncated to ``frames`` (0 when unknown). ``alloc_count`` and
+    ``alloc_size`` are the blocks and bytes allocated there since tracing
+    started (Go's ``alloc_objects`` and ``alloc_space``), written only by a
+    profile encoded with ``allocs=True``.
     """
 
     frames: Sequence[tuple[str, int, str]]
@@ -125,24 +138,43 @@ class HeapSample:
     size: int
     domain: int = 0
     total_nframe: int = 0
+    alloc_count: int = 0
+    alloc_size: int = 0
 
 
 def heap_samples_from_tracebacks(
-    tracebacks: Iterable[tuple[int, Sequence[tuple[object, ...]], int, int, int]],
+    tracebacks: Iterable[Sequence[Any]],
 ) -> Iterator[HeapSample]:
     """HeapSamples from the core's ``Snapshot.tracebacks(names=True)`` rows.
 
-    Each row is ``(domain, frames, total_nframe, size, count)``. Frames without
-    a function name (from ``names=False``) get :data:`UNKNOWN` as their name.
+    Each row is ``(domain, frames, total_nframe, size, count)``, with
+    ``peaks=True`` a peak after it (ignored), with ``allocs=True`` the peak
+    and then ``alloc_size, alloc_count``. Frames without a function name
+    (from ``names=False``) get :data:`UNKNOWN` as their name.
     """
-    for domain, frames, total_nframe, size, count in tracebacks:
+    for row in tracebacks:
+        domain, frames, total_nframe, size, count = row[:5]
+        alloc_size, alloc_count = row[6:8] if len(row) >= 8 else (0, 0)
         yield HeapSample(
             frames=tuple(map(_frame_from_core, frames)),
             count=count,
             size=size,
             domain=domain,
             total_nframe=total_nframe,
+            alloc_count=alloc_count,
+            alloc_size=alloc_size,
         )
+
+
+def folded_sample(allocs_folded: tuple[int, int, int]) -> HeapSample | None:
+    """The sample of the core's folded allocation totals
+    (``Snapshot.allocs_folded``: bytes, blocks, tracebacks), or None if
+    nothing was folded; its one frame is :data:`FOLDED_SITES`."""
+    size, blocks, _tracebacks = allocs_folded
+    if blocks == 0:
+        return None
+    frame = (FOLDED_SITES, 0, FOLDED_SITES)
+    return HeapSample((frame,), count=0, size=0, alloc_count=blocks, alloc_size=size)
 
 
 def _frame_from_core(frame: tuple[object, ...]) -> tuple[str, int, str]:
@@ -164,13 +196,18 @@ def encode_heap_profile(
     time_nanos: int | None = None,
     duration_nanos: int = 0,
     comments: Sequence[str] = (),
+    allocs: bool = False,
+    default_sample_type: str = _DEFAULT_SAMPLE_TYPE,
 ) -> bytes:
     """A gzip-compressed pprof heap profile of ``samples``.
 
     The profile has two sample types, ``inuse_objects``/``count`` and
-    ``inuse_space``/``bytes`` (the default), and period type
-    ``space``/``bytes``. ``mode`` is heapwatch's tracing mode: in ``"sample"``
-    mode the period is ``sample_interval`` (bytes between samples, > 0); in
+    ``inuse_space``/``bytes``, or with ``allocs`` Go's four
+    (:data:`ALLOCS_SAMPLE_TYPES`: ``alloc_objects`` and ``alloc_space``
+    first); ``default_sample_type`` names one of them (``inuse_space``
+    unless given). The period type is ``space``/``bytes``. ``mode`` is
+    heapwatch's tracing mode: in ``"sample"`` mode the period is
+    ``sample_interval`` (bytes between samples, > 0); in
     ``"exact"`` mode there is no period and ``sample_interval`` is ignored.
 
     ``time_nanos`` is when the snapshot was taken, in nanoseconds since the
@@ -185,10 +222,15 @@ def encode_heap_profile(
     ``\\udcXX`` escape, since proto3 readers reject invalid UTF-8.
 
     Raises ``ValueError`` for an unknown mode, a non-positive sampling interval
-    in sample mode, a negative count or size, or a malformed frame.
+    in sample mode, a default sample type the profile does not have, a
+    negative count or size, or a malformed frame.
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, not {mode!r}")
+    sample_types = ALLOCS_SAMPLE_TYPES if allocs else _INUSE_SAMPLE_TYPES
+    names = tuple(name for name, _unit in sample_types)
+    if default_sample_type not in names:
+        raise ValueError(f"default_sample_type must be one of {names}, not {default_sample_type!r}")
     sample_interval = operator.index(sample_interval)
     if mode == "sample" and not 0 < sample_interval <= INT64_MAX:
         raise ValueError(f"sample mode needs a positive sample_interval, not {sample_interval}")
@@ -198,7 +240,7 @@ def encode_heap_profile(
     if duration_nanos < 0:
         raise ValueError(f"duration_nanos must be >= 0, not {duration_nanos}")
 
-    builder = _ProfileBuilder()
+    builder = _ProfileBuilder(sample_types, default_sample_type)
     for sample in samples:
         builder.add_sample(sample)
     raw = builder.finish(
@@ -209,6 +251,34 @@ def encode_heap_profile(
     )
     # mtime=0: the same snapshot gives the same bytes (cacheable, diffable).
     return gzip.compress(raw, compresslevel=_GZIP_LEVEL, mtime=0)
+
+
+def encode_go_heap_profile(
+    snap: Snapshot,
+    *,
+    default_sample_type: str,
+    comments: Sequence[str] = (),
+    time_nanos: int | None = None,
+    duration_nanos: int = 0,
+) -> bytes:
+    """A snapshot as Go serves ``/debug/pprof/heap`` and ``/allocs``: its four
+    sample types, every traceback holding live memory, a peak or allocation
+    totals, and the folded totals as one :data:`FOLDED_SITES` sample. The
+    one home of that profile, for the endpoints and the push exporters."""
+    samples = list(heap_samples_from_tracebacks(snap.tracebacks(names=True, allocs=True)))
+    folded = folded_sample(snap.allocs_folded)
+    if folded is not None:
+        samples.append(folded)
+    return encode_heap_profile(
+        samples,
+        mode=snap.mode,
+        sample_interval=snap.sample_interval,
+        time_nanos=time_nanos,
+        duration_nanos=duration_nanos,
+        comments=comments,
+        allocs=True,
+        default_sample_type=default_sample_type,
+    )
 
 
 def _sample_value(value: int, what: str) -> int:
@@ -228,7 +298,10 @@ class _ProfileBuilder:
     and concatenated at the end: field order is free in protobuf.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, sample_types: Sequence[tuple[str, str]], default_sample_type: str) -> None:
+        self._sample_types = sample_types
+        self._default_sample_type = default_sample_type
+        self._allocs = len(sample_types) == len(ALLOCS_SAMPLE_TYPES)
         self._strings: dict[str, int] = {}
         self._functions: dict[tuple[str, str], int] = {}
         # Location ids are kept varint-encoded, ready to be joined into a
@@ -308,10 +381,15 @@ class _ProfileBuilder:
             ) from exc
         message = ProtoWriter()
         message.bytes_field(_SAMPLE_LOCATION_ID, location_ids)
-        message.packed_field(
-            _SAMPLE_VALUE,
-            (_sample_value(sample.count, "count"), _sample_value(sample.size, "size")),
-        )
+        inuse = (_sample_value(sample.count, "count"), _sample_value(sample.size, "size"))
+        if self._allocs:
+            allocated = (
+                _sample_value(sample.alloc_count, "alloc_count"),
+                _sample_value(sample.alloc_size, "alloc_size"),
+            )
+            message.packed_field(_SAMPLE_VALUE, allocated + inuse)
+        else:
+            message.packed_field(_SAMPLE_VALUE, inuse)
         if sample.domain:
             self._add_label(message, self._domain_key, operator.index(sample.domain))
         if sample.total_nframe > len(sample.frames):
@@ -336,7 +414,7 @@ class _ProfileBuilder:
     ) -> bytes:
         """The encoded, uncompressed Profile message."""
         profile = ProtoWriter()
-        for type_, unit in _SAMPLE_TYPES:
+        for type_, unit in self._sample_types:
             profile.message_field(_PROFILE_SAMPLE_TYPE, self._value_type(type_, unit))
         profile.extend(self._sample_table.getvalue())
 
@@ -365,7 +443,7 @@ class _ProfileBuilder:
         tail.message_field(_PROFILE_PERIOD_TYPE, self._value_type(*_PERIOD_TYPE))
         tail.int_field(_PROFILE_PERIOD, period)
         tail.packed_field(_PROFILE_COMMENT, [self._string(c) for c in comments])
-        tail.int_field(_PROFILE_DEFAULT_SAMPLE_TYPE, self._string(_DEFAULT_SAMPLE_TYPE))
+        tail.int_field(_PROFILE_DEFAULT_SAMPLE_TYPE, self._string(self._default_sample_type))
 
         profile.extend(self._string_table.getvalue())
         profile.extend(tail.getvalue())

@@ -9,7 +9,7 @@ instead (``SnapshotSource``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -27,6 +27,11 @@ class SnapshotLike(Protocol):
     @property
     def epoch(self) -> int: ...
     def group(self, key_type: _core.KeyType, *, ages: bool = False) -> _core.GroupsLike: ...
+    def tracebacks(
+        self, names: bool = False, peaks: bool = False, *, allocs: Literal[True]
+    ) -> list[_core.RawTracebackAllocInfo]: ...
+    @property
+    def allocs_folded(self) -> tuple[int, int, int]: ...
 
 
 class SnapshotSource(Protocol):

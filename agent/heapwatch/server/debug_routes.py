@@ -20,7 +20,9 @@ and what it accepts); none of them names a file.
                                     ``min_age=30m``: only live memory that old
 ``GET /debug/heapwatch/diff``       top differences since the agent's last cycle
 ``GET /debug/heapwatch/leaks``      the agent's leak suspects, their memory and its ages
-``GET /debug/pprof/heap``           live memory as a gzip pprof profile
+``GET /debug/pprof/heap``           live memory and allocation totals as a gzip pprof
+                                   profile (Go's four sample types, inuse_space first)
+``GET /debug/pprof/allocs``         the same profile, alloc_space by default
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from heapwatch.formats.leak_report import (
     suspect_of,
 )
 from heapwatch.formats.leaks import SUSPECT, rank_scores
-from heapwatch.formats.pprof import encode_heap_profile, heap_samples_from_tracebacks
+from heapwatch.formats.pprof import encode_go_heap_profile
 from heapwatch.formats.report import (
     KEY_TYPES,
     Report,
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
     from heapwatch.formats.dump import AgeClock
 
 __all__ = [
+    "ALLOCS_PATH",
     "DIFF_PATH",
     "INDEX_PATH",
     "LEAKS_PATH",
@@ -96,6 +99,9 @@ DIFF_PATH = "/debug/heapwatch/diff"
 LEAKS_PATH = "/debug/heapwatch/leaks"
 PPROF_PATH = "/debug/pprof/heap"
 VIEW_PATH = "/debug/heapwatch/view"
+ALLOCS_PATH = "/debug/pprof/allocs"
+# Every other /debug/pprof/ path (Alloy scrapes profile, goroutine, block and
+# mutex by default) is the router's plain 404: no lock, no snapshot.
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 10_000
@@ -515,14 +521,27 @@ class _Routes:
         return self._guarded(environ, start_response, lambda: parse_report_query(environ), build)
 
     def pprof(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        return self._go_profile(environ, start_response, "inuse_space", "heap.pb.gz")
+
+    def allocs(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        return self._go_profile(environ, start_response, "alloc_space", "allocs.pb.gz")
+
+    def _go_profile(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        default_sample_type: str,
+        filename: str,
+    ) -> list[bytes]:
+        """Go's heap and allocs profiles: the same data, another default."""
+
         def build(collect: bool) -> list[bytes]:
             if collect:
                 gc.collect()  # as Go's ?gc=1: only what is reachable
             snap = self._snapshot(traces=False)
-            body = encode_heap_profile(
-                heap_samples_from_tracebacks(snap.tracebacks(names=True)),
-                mode=snap.mode,
-                sample_interval=snap.sample_interval,
+            body = encode_go_heap_profile(
+                snap,
+                default_sample_type=default_sample_type,
                 comments=[f"heapwatch pid {os.getpid()} on {socket.gethostname()}"],
             )
             return _respond(
@@ -530,11 +549,18 @@ class _Routes:
                 "200 OK",
                 body,
                 "application/octet-stream",
-                headers=[("Content-Disposition", 'attachment; filename="heap.pb.gz"')],
+                headers=[("Content-Disposition", f'attachment; filename="{filename}"')],
             )
 
         def parse() -> bool:
-            return _flag(_query(environ, ("gc",)), "gc")
+            params = _query(environ, ("gc", "debug"))
+            if params.get("debug", "0") != "0":
+                raise BadParameter(
+                    f"debug={_shown(params['debug'])} is not served: Go's text formats have "
+                    "no Python equivalent; debug is 0 (the protobuf profile), and "
+                    "go tool pprof -raw prints it as text"
+                )
+            return _flag(params, "gc")
 
         return self._guarded(environ, start_response, parse, build)
 
@@ -592,7 +618,8 @@ _ROUTES = (
     (TOP_PATH, "top", "top statistics (?key_type=, limit=, cumulative=, min_age=, format=json)"),
     (DIFF_PATH, "diff", "top differences since the agent's last cycle"),
     (LEAKS_PATH, "leaks", "the agent's leak suspects, their memory and its ages"),
-    (PPROF_PATH, "pprof", "live memory as a gzip pprof profile"),
+    (PPROF_PATH, "pprof", "live memory and allocation totals, pprof (inuse_space; ?gc=1)"),
+    (ALLOCS_PATH, "allocs", "the same profile, alloc_space by default (?gc=1)"),
 )
 
 
