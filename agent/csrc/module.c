@@ -31,7 +31,8 @@ profile_number(PyObject *name)
             return i;
         }
     }
-    PyErr_Format(PyExc_ValueError, "profile must be 'tracemalloc' or 'agent', got %R", name);
+    PyErr_Format(PyExc_ValueError, "profile must be '%s' or '%s', got %R", profile_names[0],
+                 profile_names[1], name);
     return -1;
 }
 
