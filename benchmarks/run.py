@@ -62,8 +62,12 @@ CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     "untraced": ("untraced", None, None),
     "stdlib-1": ("stdlib start(1)", None, None),
     "stdlib-25": ("stdlib start(25)", None, None),
+    # The agent's exact mode (profile "agent"): the targets are its own.
     "hw-exact-1": ("heapwatch exact n1", 2.0, "stdlib-1"),
     "hw-exact-25": ("heapwatch exact n25", 3.0, "stdlib-25"),
+    # The drop-in's (the stdlib's semantics), measured beside the stdlib.
+    "hw-dropin-1": ("heapwatch drop-in n1", None, "stdlib-1"),
+    "hw-dropin-25": ("heapwatch drop-in n25", None, "stdlib-25"),
     "hw-sample": ("heapwatch sample 512K", 1.05, "stdlib-1"),
     # The agent's default in sample mode (nframe deeper than 1).
     "hw-sample-deep": (f"heapwatch sample 512K n{DEFAULT_NFRAME['sample']}", 1.05, "stdlib-1"),
@@ -83,6 +87,9 @@ SUITE_CONFIGS: dict[str, tuple[list[str], list[str]]] = {
 # callgrind; the difference is the workload's own count, startup excluded.
 INSTRUCTION_SCALES = (0.05, 0.1)
 
+# Exact mode records every allocation: its "recorded" count is the
+# workload's number of allocations, whichever of these ran.
+EXACT = ("hw-exact-1", "hw-exact-25", "hw-dropin-1", "hw-dropin-25")
 # Sample mode traces few blocks: per-block figures mean nothing there.
 SAMPLED = {"hw-sample", "hw-sample-deep"}
 
@@ -474,7 +481,7 @@ def report_slowdown(outcomes: list[Outcome], plan: Plan, metric: str, rep: Repor
         results = {j.config: by_round(outcomes, "slowdown", workload, j.config) for j in jobs}
         base = results.get("untraced", {})
         base_summary = Summary.of([r[metric] for r in base.values()])
-        exact = results.get("hw-exact-1") or results.get("hw-exact-25") or {}
+        exact = next((results[c] for c in EXACT if results.get(c)), {})
         recorded = [r["recorded"] for r in exact.values() if r.get("recorded")]
         allocations = statistics.median(recorded) if recorded else None
         data[workload] = {"allocations": allocations, "configs": {}}
@@ -731,7 +738,7 @@ def report_instructions(outcomes: list[Outcome], plan: Plan, rep: Report) -> Non
             for j in jobs
         }
         base = results.get("untraced")
-        exact = results.get("hw-exact-1") or results.get("hw-exact-25")
+        exact = next((results[c] for c in EXACT if results.get(c)), None)
         allocations = exact["recorded"] if exact else None
         data[workload] = {}
         for i, job in enumerate(jobs):

@@ -24,6 +24,9 @@ class Tracer:
     family: str  # "untraced", "stdlib" or "heapwatch"
     nframe: int
     mode: str  # "exact" or "sample"; "" when untraced
+    # heapwatch's start profile: "agent" as the agent starts the core
+    # (heapwatch.runtime.source.CoreSource), "tracemalloc" as the drop-in does.
+    profile: str = "tracemalloc"
 
     def start(self) -> None:
         if self.family == "stdlib":
@@ -32,7 +35,7 @@ class Tracer:
             if self.mode == "sample":
                 _core.start(self.nframe, "sample", SAMPLE_INTERVAL)
             else:
-                _core.start(self.nframe, "exact")
+                _core.start(self.nframe, "exact", profile=self.profile)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         if self.family == "stdlib":
@@ -79,8 +82,12 @@ TRACERS: dict[str, Tracer] = {
         Tracer("untraced", "untraced", 0, ""),
         Tracer("stdlib-1", "stdlib", 1, "exact"),  # tracemalloc.start(1)
         Tracer("stdlib-25", "stdlib", 25, "exact"),  # tracemalloc.start(25)
-        Tracer("hw-exact-1", "heapwatch", 1, "exact"),  # _core.start(1, "exact")
-        Tracer("hw-exact-25", "heapwatch", 25, "exact"),  # _core.start(25, "exact")
+        # The agent's exact mode: _core.start(n, "exact", profile="agent").
+        Tracer("hw-exact-1", "heapwatch", 1, "exact", "agent"),
+        Tracer("hw-exact-25", "heapwatch", 25, "exact", "agent"),
+        # The drop-in's: _core.start(n, "exact"), the stdlib's semantics.
+        Tracer("hw-dropin-1", "heapwatch", 1, "exact"),
+        Tracer("hw-dropin-25", "heapwatch", 25, "exact"),
         Tracer("hw-sample", "heapwatch", 1, "sample"),  # _core.start(1, "sample", 512 KiB)
         # The agent's default in sample mode: the same, at its default nframe.
         Tracer("hw-sample-deep", "heapwatch", DEFAULT_NFRAME["sample"], "sample"),

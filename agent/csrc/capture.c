@@ -539,6 +539,30 @@ walk_plain(hw_capture_t *cap, uint32_t *total, hw_pyframe_t *frame, int max_nfra
     return frame;
 }
 
+/* The agent's profile: keeps the frames that count from frame down until
+ * max_nframe are kept, then looks no further than the next frame that
+ * counts.  The memo is for the whole depth, which this does not need. */
+static inline uint32_t
+walk_kept(hw_capture_t *cap, hw_pyframe_t *frame, int max_nframe)
+{
+    hw_frame_t *out = cap->frames;
+    hw_frame_t *const end = cap->frames + max_nframe;
+    for (; frame != NULL; frame = hw_frame_back(frame)) {
+        if (!hw_frame_counts_below(frame)) {
+            continue;
+        }
+        if (out == end) {
+            break; /* one more frame counts: truncated */
+        }
+        PyCodeObject *code = hw_frame_code(frame);
+        out->key = (uintptr_t)code;
+        out->lasti = hw_frame_lasti(frame, code);
+        out++;
+    }
+    cap->nframe = (int)(out - cap->frames);
+    return (uint32_t)cap->nframe + (frame != NULL);
+}
+
 /* Puts the PLAIN_STEPS frames a capture walked plainly above the depth
  * frames the memo verified below them: the next capture from the same
  * innermost frame verifies the whole stack at once. */
@@ -581,7 +605,8 @@ try_last_stack(memo_t *memo, hw_capture_t *cap, uint32_t *total, hw_pyframe_t *t
 }
 
 int
-hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_nframe)
+hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_nframe,
+           int count_depth)
 {
     cap->frames = cap->local;
     cap->nframe = 0;
@@ -607,7 +632,13 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_n
         return 0;
     }
     uint32_t total = 0;
+    /* Created whatever the profile: it holds the traceback cache too. */
     hw_thread_t *thread = hw_thread();
+    if (!count_depth) {
+        total = walk_kept(cap, frame, max_nframe);
+        cap->total_nframe = (uint16_t)(total > UINT16_MAX ? UINT16_MAX : total);
+        return 0;
+    }
     memo_t *memo = thread != NULL ? thread->memo : NULL;
 #if HW_COUNT_MEMO
     if (memo != NULL && HW_UNLIKELY(memo->tstate != tstate)) {

@@ -44,11 +44,16 @@ typedef struct {
 
 /* Walks the calling thread's frames (tstate may be NULL: no frames).  Code
  * pointers are borrowed; they stay valid while the calling thread is inside
- * the hook, since the frames naming them are its own.  May create the
+ * the hook, since the frames naming them are its own.  With count_depth,
+ * total_nframe is the stack's whole depth (the stdlib's); without, the walk
+ * stops below the frames kept, and total_nframe is their number, plus one
+ * when a frame that counts lies below them (the agent's profile: still
+ * "truncated" when above nframe, at no cost per frame).  May create the
  * thread's state (thread.h), so hw_tables_lock must not be held.  Returns
  * 0, or -1 when a heap buffer for more than HW_CAPTURE_LOCAL frames cannot
  * be had. */
-int hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_nframe);
+int hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_nframe,
+               int count_depth);
 void hw_capture_release(hw_capture_t *cap);
 
 #endif

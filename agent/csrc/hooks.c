@@ -91,18 +91,19 @@ static int
 capture_caller(hw_capture_t *cap, int gil_domain)
 {
     int max_nframe = hw_load_int(&hw_tracer.max_nframe);
+    int count_depth = hw_counts_depth();
     PyThreadState *tstate = gil_domain ? hw_tstate_unchecked() : hw_tstate_if_gil_held();
     if (HW_UNLIKELY(tstate != NULL && tstate->interp != main_interp)) {
-        return hw_capture(cap, NULL, 1, max_nframe); /* see main_interp */
+        return hw_capture(cap, NULL, 1, max_nframe, count_depth); /* see main_interp */
     }
     if (gil_domain || tstate != NULL) {
-        return hw_capture(cap, tstate, 0, max_nframe);
+        return hw_capture(cap, tstate, 0, max_nframe, count_depth);
     }
     tstate = PyGILState_GetThisThreadState();
     if (tstate != NULL && tstate->interp != main_interp) {
         tstate = NULL;
     }
-    return hw_capture(cap, tstate, 1, max_nframe);
+    return hw_capture(cap, tstate, 1, max_nframe, count_depth);
 }
 
 /* Whether the calling thread runs in the main interpreter (or none). */

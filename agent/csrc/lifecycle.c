@@ -7,12 +7,32 @@
 #include "sync.h"
 #include "tracer.h"
 
+/* Tracing in the agent's profile, asked for the stdlib's semantics (the
+ * drop-in's start() while the agent traces): from now on, re-stamps and the
+ * whole depth; tracebacks recorded before keep what they had. */
+static int
+raise_profile(void)
+{
+    if (hw_load_int(&hw_tracer.profile) == HW_PROFILE_TRACEMALLOC) {
+        return 0;
+    }
+    if (hw_load_int(&hw_tracer.mode) == HW_MODE_EXACT && hw_reftracer_install() < 0) {
+        return -1;
+    }
+    hw_lock();
+    __atomic_store_n(&hw_tracer.profile, HW_PROFILE_TRACEMALLOC, __ATOMIC_RELAXED);
+    hw_tracer_publish_state_unlocked();
+    hw_unlock();
+    return 0;
+}
+
 int
-hw_start(int max_nframe, int mode, uint64_t sample_interval)
+hw_start(int max_nframe, int mode, uint64_t sample_interval, int profile)
 {
     if (hw_load_int(&hw_tracer.tracing)) {
-        /* As the stdlib: starting again keeps the running configuration. */
-        return 0;
+        /* As the stdlib: starting again keeps the running configuration,
+         * but for a profile that asks for the stdlib's semantics. */
+        return profile == HW_PROFILE_TRACEMALLOC ? raise_profile() : 0;
     }
     hw_lock();
     int err = hw_tracer_init_tables_unlocked();
@@ -27,8 +47,10 @@ hw_start(int max_nframe, int mode, uint64_t sample_interval)
     /* Exact mode only: the tracer is called for every object created and
      * destroyed, a cost sample mode cannot afford (callgrind, 3.13: +3.3%
      * instructions on sampled churn and deep_stack, 8% of their untraced
-     * work), for the few sampled blocks a free list hands back. */
-    if (mode == HW_MODE_EXACT && hw_reftracer_install() < 0) {
+     * work), for the few sampled blocks a free list hands back.  Nor the
+     * agent's profile, which exports no re-stamped attribution. */
+    if (mode == HW_MODE_EXACT && profile == HW_PROFILE_TRACEMALLOC &&
+        hw_reftracer_install() < 0) {
         hw_hooks_uninstall();
         return -1;
     }
@@ -36,6 +58,7 @@ hw_start(int max_nframe, int mode, uint64_t sample_interval)
     hw_sampling_reseed_all();
     hw_lock();
     __atomic_store_n(&hw_tracer.max_nframe, max_nframe, __ATOMIC_RELAXED);
+    __atomic_store_n(&hw_tracer.profile, profile, __ATOMIC_RELAXED);
     __atomic_store_n(&hw_tracer.mode, mode, __ATOMIC_RELAXED);
     __atomic_store_n(&hw_tracer.sample_interval, sample_interval, __ATOMIC_RELAXED);
     __atomic_store_n(&hw_tracer.dropped, 0, __ATOMIC_RELAXED);
@@ -69,7 +92,8 @@ hw_stop(void)
 void
 hw_housekeeping(void)
 {
-    if (hw_load_int(&hw_tracer.tracing)) {
+    if (hw_load_int(&hw_tracer.tracing) &&
+        hw_load_int(&hw_tracer.profile) == HW_PROFILE_TRACEMALLOC) {
         hw_reftracer_reclaim();
     }
     hw_tb_release_orphans();

@@ -14,7 +14,8 @@
 
 #include <stdint.h>
 
-int hw_start(int max_nframe, int mode, uint64_t sample_interval);
+/* profile: HW_PROFILE_* (tracer.h). */
+int hw_start(int max_nframe, int mode, uint64_t sample_interval, int profile);
 void hw_stop(void);
 /* What snapshots and drain() do first: release orphaned code objects and the
  * graveyard, shrink the trace tables toward live traces. */

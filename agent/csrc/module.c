@@ -19,6 +19,22 @@
 #include "tracer.h"
 
 static const char *const mode_names[] = {"exact", "sample"};
+/* By HW_PROFILE_*: what start(profile=) takes and get_config() says. */
+static const char *const profile_names[] = {"tracemalloc", "agent"};
+
+/* HW_PROFILE_* named by name, or -1 with ValueError. */
+static int
+profile_number(PyObject *name)
+{
+    for (int i = 0; i < (int)(sizeof(profile_names) / sizeof(*profile_names)); i++) {
+        if (PyUnicode_CompareWithASCIIString(name, profile_names[i]) == 0) {
+            return i;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "profile must be '%s' or '%s', got %R", profile_names[0],
+                 profile_names[1], name);
+    return -1;
+}
 
 /* ---- Groups ------------------------------------------------------------ */
 
@@ -543,12 +559,17 @@ static PyObject *
 core_start(PyObject *module, PyObject *args, PyObject *kwds)
 {
     (void)module;
-    static char *kwlist[] = {"nframe", "mode", "sample_interval", NULL};
+    static char *kwlist[] = {"nframe", "mode", "sample_interval", "profile", NULL};
     int nframe = 1;
     const char *mode_name = "exact";
     unsigned long long interval = HW_DEFAULT_SAMPLE_INTERVAL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|isK:start", kwlist, &nframe, &mode_name,
-                                     &interval)) {
+    PyObject *profile_arg = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|isK$U:start", kwlist, &nframe, &mode_name,
+                                     &interval, &profile_arg)) {
+        return NULL;
+    }
+    int profile = profile_arg == NULL ? HW_PROFILE_TRACEMALLOC : profile_number(profile_arg);
+    if (profile < 0) {
         return NULL;
     }
     if (nframe < 1 || nframe > HW_MAX_NFRAME) {
@@ -574,7 +595,7 @@ core_start(PyObject *module, PyObject *args, PyObject *kwds)
                      HW_MAX_SAMPLE_INTERVAL, interval);
         return NULL;
     }
-    if (hw_start(nframe, mode, (uint64_t)interval) < 0) {
+    if (hw_start(nframe, mode, (uint64_t)interval, profile) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -750,12 +771,13 @@ core_get_config(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return Py_BuildValue("{s:O,s:s,s:K,s:i}", "tracing",
+    return Py_BuildValue("{s:O,s:s,s:K,s:i,s:s}", "tracing",
                          hw_load_int(&hw_tracer.tracing) ? Py_True : Py_False, "mode",
                          mode_names[hw_load_int(&hw_tracer.mode)], "sample_interval",
                          (unsigned long long)__atomic_load_n(&hw_tracer.sample_interval,
                                                              __ATOMIC_RELAXED),
-                         "nframe", hw_load_int(&hw_tracer.max_nframe));
+                         "nframe", hw_load_int(&hw_tracer.max_nframe), "profile",
+                         profile_names[hw_load_int(&hw_tracer.profile)]);
 }
 
 static PyObject *
@@ -821,7 +843,8 @@ core_track(PyObject *module, PyObject *args)
         return NULL;
     }
     hw_capture_t cap;
-    if (hw_capture(&cap, hw_tstate_unchecked(), 0, hw_load_int(&hw_tracer.max_nframe)) < 0) {
+    if (hw_capture(&cap, hw_tstate_unchecked(), 0, hw_load_int(&hw_tracer.max_nframe),
+                   hw_counts_depth()) < 0) {
         return PyErr_NoMemory();
     }
     uint64_t dropped = __atomic_load_n(&hw_tracer.dropped, __ATOMIC_RELAXED);
@@ -1141,7 +1164,9 @@ done:
 
 static PyMethodDef core_methods[] = {
     {"start", (PyCFunction)(void (*)(void))core_start, METH_VARARGS | METH_KEYWORDS,
-     "start(nframe=1, mode='exact', sample_interval=524288)"},
+     "start(nframe=1, mode='exact', sample_interval=524288, *, profile='tracemalloc'): profile "
+     "'agent' records neither the whole depth (total_nframe: the frames kept, plus one if the "
+     "stack goes deeper) nor the re-stamps of blocks a free list hands back."},
     {"stop", core_stop, METH_NOARGS, "Stop tracing and clear every trace."},
     {"is_tracing", core_is_tracing, METH_NOARGS, NULL},
     {"clear_traces", core_clear_traces, METH_NOARGS, NULL},

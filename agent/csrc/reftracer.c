@@ -21,7 +21,11 @@ static inline void
 object_created(PyObject *op)
 {
     int state = hw_load_int(&hw_tracer.hook_state);
-    if (!(state & HW_STATE_RECORDING) || hw_tls.reentrant) {
+    /* The agent's profile re-stamps nothing: ours is called only when a
+     * start in that profile found it still in the slot, under another
+     * tool's. */
+    const int wanted = HW_STATE_RECORDING | HW_STATE_RESTAMP;
+    if ((state & wanted) != wanted || hw_tls.reentrant) {
         return;
     }
     void *block = hw_object_block(op);

@@ -10,6 +10,7 @@
 hw_tracer_t hw_tracer = {
     .recording = 1,
     .max_nframe = 1,
+    .profile = HW_PROFILE_TRACEMALLOC,
     .mode = HW_MODE_EXACT,
     .sample_interval = HW_DEFAULT_SAMPLE_INTERVAL,
     .peak_gen = 1,
@@ -29,6 +30,9 @@ hw_tracer_publish_state_unlocked(void)
         }
         if (hw_tracer.mode == HW_MODE_SAMPLE) {
             state |= HW_STATE_SAMPLE;
+        }
+        if (hw_tracer.profile == HW_PROFILE_TRACEMALLOC) {
+            state |= HW_STATE_RESTAMP;
         }
     }
     __atomic_store_n(&hw_tracer.hook_state, state, __ATOMIC_RELEASE);

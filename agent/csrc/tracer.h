@@ -41,10 +41,22 @@
 
 enum { HW_MODE_EXACT = 0, HW_MODE_SAMPLE = 1 };
 
+/* What the tracer records besides each block's size and first frames.
+ * HW_PROFILE_TRACEMALLOC: the stdlib's semantics, which the drop-in keeps:
+ * total_nframe is the stack's whole depth, and a block a free list hands
+ * back is re-stamped with its new object's traceback (3.13+, exact mode).
+ * HW_PROFILE_AGENT: what the agent exports and nothing more: neither the
+ * depth (total_nframe is the frames kept, plus one when the stack goes
+ * deeper) nor re-stamps.  Set at start; a start asking for the stdlib's
+ * semantics while the agent's profile traces raises it (never the other
+ * way). */
+enum { HW_PROFILE_TRACEMALLOC = 0, HW_PROFILE_AGENT = 1 };
+
 /* Bits of hw_tracer.hook_state: what the hooks need, in one load. */
 #define HW_STATE_TRACING 1
 #define HW_STATE_RECORDING 2
 #define HW_STATE_SAMPLE 4
+#define HW_STATE_RESTAMP 8 /* the profile wants re-stamps (reftracer.c) */
 
 #define HW_DEFAULT_SAMPLE_INTERVAL (512u * 1024u)
 /* The largest mean sample interval, in bytes (1 TiB): the countdowns draw
@@ -75,9 +87,10 @@ typedef struct {
     uint32_t epoch; /* bumped by start, stop and clear: in-flight captures of
                        an older epoch are discarded */
     int max_nframe;
+    int profile; /* HW_PROFILE_*, read beside max_nframe by every capture */
     int mode;
     uint64_t sample_interval;
-    int hook_state; /* HW_STATE_* bits derived from the three fields above */
+    int hook_state; /* HW_STATE_* bits derived from the fields above */
 
     /* Guarded by hw_tables_lock; on other cache lines than the fields above,
      * which every hook of every thread reads. */
@@ -113,6 +126,13 @@ static inline void
 hw_store_counter(uint64_t *counter, uint64_t value)
 {
     __atomic_store_n(counter, value, __ATOMIC_RELAXED);
+}
+
+/* Whether captures count the stack's whole depth (hw_capture). */
+static inline int
+hw_counts_depth(void)
+{
+    return hw_load_int(&hw_tracer.profile) == HW_PROFILE_TRACEMALLOC;
 }
 
 static inline void

@@ -43,6 +43,7 @@ RawTracebackPeakInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int,
 RawTracebackAllocInfo = tuple[int, tuple[tuple[object, ...], ...], int, int, int, int, int, int]
 KeyType = Literal["traceback", "filename", "lineno"]
 Mode = Literal["exact", "sample"]
+Profile = Literal["tracemalloc", "agent"]
 
 MAX_NFRAME: int
 MAX_SAMPLE_INTERVAL: int
@@ -57,6 +58,7 @@ class Config(TypedDict):
     mode: Mode
     sample_interval: int
     nframe: int
+    profile: Profile
 
 class Stats(TypedDict):
     traced: int
@@ -164,7 +166,15 @@ class Snapshot:
         """ages=True histograms the traces by age (a snapshot with traces, not
         cumulative): Groups.ages()."""
 
-def start(nframe: int = 1, mode: Mode = "exact", sample_interval: int = ...) -> None: ...
+def start(
+    nframe: int = 1, mode: Mode = "exact", sample_interval: int = ..., *, profile: Profile = ...
+) -> None:
+    """profile "tracemalloc" (the default) keeps the stdlib's semantics;
+    "agent" records what the agent exports: total_nframe is the frames kept,
+    plus one when the stack goes deeper, and blocks a free list hands back
+    keep the traceback of their allocation (docs/design/core.md, "Profiles").
+    Tracing already, a "tracemalloc" start raises an "agent" profile."""
+
 def stop() -> None: ...
 def is_tracing() -> bool: ...
 def clear_traces() -> None: ...

@@ -6,6 +6,8 @@ deeper, shallower, the same depth through other frames, generators resumed
 from elsewhere, frames of other sizes at the same addresses, calls through C
 (an entry frame on the C stack, which does not count) and through a class's
 ``__init__`` (3.12+: a trampoline frame in the data stack), other threads.
+The agent's profile counts no depth: its total_nframe is the frames kept,
+plus one when a frame that counts lies below them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 from support.sizes import bytearray_block
 
@@ -144,6 +148,37 @@ def _check(core: ModuleType, expected: Expected) -> None:
         size: (totals[size], depth) for size, depth in expected.items() if totals[size] != depth
     }
     assert not wrong, f"(traced, real) depths differ for {len(wrong)} allocations: {wrong}"
+
+
+def _agent_total(depth: int, nframe: int) -> int:
+    """total_nframe in the agent's profile."""
+    return min(depth, nframe) + (depth > nframe)
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+@pytest.mark.parametrize("nframe", [1, 5, 30])
+def test_the_agent_profile_keeps_nframe_frames_and_says_whether_more_count(
+    core: ModuleType, mode: str, nframe: int
+) -> None:
+    """The same stacks as above (calls through C, through __init__'s
+    trampoline, generators), whose frames that do not count must neither be
+    kept nor make a traceback look truncated."""
+    core.start(nframe, mode, 1, profile="agent")  # sample interval 1: every block
+    rec = Recorder(100)
+    _run_paths(rec, seed=3, count=300, max_depth=120)
+    site = (__file__, ALLOC_LINE)
+    got = {
+        size: (len(frames), total)
+        for _d, size, frames, total in core.take_snapshot().traces()
+        if frames[0] == site and size in rec.expected
+    }
+    expected = {
+        size: (min(depth, nframe), _agent_total(depth, nframe))
+        for size, depth in rec.expected.items()
+    }
+    assert got.keys() == expected.keys()
+    wrong = {size: (got[size], want) for size, want in expected.items() if got[size] != want}
+    assert not wrong, f"(traced, expected) (frames, total) differ for {len(wrong)}: {wrong}"
 
 
 def test_total_nframe_is_exact_however_the_stack_changes(core: ModuleType) -> None:

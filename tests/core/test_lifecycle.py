@@ -26,6 +26,7 @@ def test_start_while_tracing_keeps_the_running_configuration(core: ModuleType) -
         "mode": "exact",
         "sample_interval": core.DEFAULT_SAMPLE_INTERVAL,
         "nframe": 3,
+        "profile": "tracemalloc",
     }
 
 
@@ -44,14 +45,51 @@ def test_mode_and_interval_read_back(core: ModuleType) -> None:
         ((65536,), r"the number of frames must be in range \[1; 65535\]"),
         ((1, "fast"), r"mode must be 'exact' or 'sample', got 'fast'"),
         ((1, "sample", 0), r"sample_interval must be in range \[1; \d+\] bytes, got 0"),
+        ((1, "exact", 1, "agents"), r"profile must be 'tracemalloc' or 'agent', got 'agents'"),
     ],
 )
 def test_bad_arguments_name_the_value_and_what_is_allowed(
     core: ModuleType, args: tuple[object, ...], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        core.start(*args)
+        core.start(*args[:3], **({"profile": args[3]} if len(args) > 3 else {}))
     assert not core.is_tracing()
+
+
+def test_the_profile_is_a_keyword_and_a_str(core: ModuleType) -> None:
+    with pytest.raises(TypeError):
+        core.start(1, "exact", 1, "agent")
+    with pytest.raises(TypeError):
+        core.start(1, profile=1)
+    assert not core.is_tracing()
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_the_profile_reads_back_and_a_restart_takes_a_new_one(core: ModuleType, mode: str) -> None:
+    core.start(1, mode, profile="agent")
+    assert core.get_config()["profile"] == "agent"
+    core.stop()
+    core.start(1, mode)
+    assert core.get_config()["profile"] == "tracemalloc"
+
+
+def test_a_start_while_tracing_raises_the_agents_profile_never_lowers_it(
+    core: ModuleType,
+) -> None:
+    """The drop-in's start() over the agent's tracing gets the stdlib's
+    semantics from then on; the agent's start() over the drop-in's tracing
+    changes nothing."""
+    core.start(3, "exact", profile="agent")
+    core.start(7, "sample", 4096)
+    assert core.get_config() == {
+        "tracing": True,
+        "mode": "exact",
+        "sample_interval": core.DEFAULT_SAMPLE_INTERVAL,
+        "nframe": 3,
+        "profile": "tracemalloc",
+    }
+    core.start(3, "exact", profile="agent")
+    assert core.get_config()["profile"] == "tracemalloc"
 
 
 def test_clear_traces_keeps_tracing_and_forgets_everything(core: ModuleType) -> None:

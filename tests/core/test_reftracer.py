@@ -57,6 +57,51 @@ def test_sample_mode_leaves_a_reused_block_with_its_allocation_traceback(
     assert _line_of(core, obj) == line
 
 
+def test_the_agents_profile_leaves_a_reused_block_with_its_allocation_traceback(
+    core: ModuleType,
+) -> None:
+    """The agent exports no re-stamped attribution: its profile installs no
+    reference tracer (its cost: core.md, "Profiles"; its bound:
+    test_free_lists.py)."""
+    core.start(1, profile="agent")
+    assert not core._reftracer_on_top()
+    obj, line = _reused_list()
+    assert _line_of(core, obj) == line - 2  # the line that allocated the block
+
+
+@needs_reftracer
+def test_the_dropin_started_over_the_agents_profile_re_stamps(core: ModuleType) -> None:
+    core.start(1, profile="agent")
+    core.start(1)
+    assert core._reftracer_on_top()
+    obj, line = _reused_list()
+    assert _line_of(core, obj) == line
+
+
+@needs_reftracer
+def test_the_agents_profile_under_another_tool_passes_through(
+    core: ModuleType, hwtest: ModuleType
+) -> None:
+    """Ours left in the chain under another tool's tracer (started by the
+    drop-in, then buried) re-stamps nothing once the agent's profile
+    traces."""
+    core.start(1)
+    hwtest.other_tracer_install()
+    try:
+        core.stop()
+        core.start(1, profile="agent")
+        before = hwtest.other_tracer_created()
+        obj, line = _reused_list()
+        assert hwtest.other_tracer_created() > before  # the chain still runs
+        assert _line_of(core, obj) == line - 2
+    finally:
+        core.stop()
+        hwtest.other_tracer_uninstall()  # ours back in the slot, passing through
+        core.start(1)
+        core.stop()  # and out of it
+    assert hwtest.ref_tracer_in_slot() == "none"
+
+
 @needs_reftracer
 def test_a_new_object_keeps_its_allocation_traceback(core: ModuleType) -> None:
     class Fresh:  # no free list: its instances are allocated

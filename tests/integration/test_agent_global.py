@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 
 import heapwatch
+import heapwatch.tracemalloc as hw_tracemalloc
 from heapwatch import _core
 from support.waiting import wait_for
 
@@ -82,8 +83,29 @@ def test_an_already_tracing_core_keeps_its_configuration(
     assert agent.readings().mode == "exact"
     assert agent.readings().sample_interval == 0
     assert "already tracing" in caplog.text
+    assert _core.get_config()["profile"] == "tracemalloc"  # the drop-in's semantics stay
     heapwatch.stop_agent()
     assert _core.is_tracing()  # not the agent's to stop
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_the_agent_starts_the_core_in_its_own_profile(mode: str) -> None:
+    """Neither the stdlib's whole depth nor its free-list re-stamps: the agent
+    exports neither (core.md, "Profiles")."""
+    agent = heapwatch.start_agent(mode=mode, exporters=[], interval=3600)
+    assert agent is not None
+    assert _core.get_config()["profile"] == "agent"
+    heapwatch.stop_agent()
+
+
+def test_the_dropin_started_while_the_agent_traces_gets_the_stdlibs_semantics() -> None:
+    agent = heapwatch.start_agent(mode="exact", exporters=[], interval=3600)
+    assert agent is not None
+    try:
+        hw_tracemalloc.start()
+        assert _core.get_config()["profile"] == "tracemalloc"
+    finally:
+        heapwatch.stop_agent()
 
 
 def _allocated_three_calls_deep() -> bytes:

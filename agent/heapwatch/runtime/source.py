@@ -76,7 +76,9 @@ class CoreSource:
     def start(self, nframe: int, mode: str, sample_interval: int) -> bool:
         if self._core.is_tracing():
             return False
-        self._core.start(nframe, mode, sample_interval)  # type: ignore[arg-type]
+        # The agent's profile: the core records what the agent exports, not
+        # the stdlib's whole depth and free-list re-stamps (core.md, "Profiles").
+        self._core.start(nframe, mode, sample_interval, profile="agent")  # type: ignore[arg-type]
         return True
 
     def stop(self) -> None:
