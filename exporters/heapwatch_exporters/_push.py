@@ -68,6 +68,8 @@ class ProfilePusher:
         self.sent = 0
         self.dropped = 0
         """Bodies the full queue let go (a receiver down for long)."""
+        self.failed = 0
+        """Pushes that failed (each one retried after a back-off)."""
 
     def encode(self, snap: Snapshot, start: float, end: float) -> Push:
         """The request of one snapshot covering ``start`` .. ``end``."""
@@ -121,6 +123,7 @@ class ProfilePusher:
                     self.sent += 1
                     backoff = 0.0
                 else:
+                    self.failed += 1
                     backoff = min(MAX_BACKOFF, max(FIRST_BACKOFF, backoff * 2))
                     retry_at = time.monotonic() + backoff
                     break
