@@ -192,14 +192,14 @@ BAD_VALUES = [
     (
         "HEAPWATCH_EXPORTERS",
         "zipkin",
-        "prometheus, otlp and pyroscope, or none",
+        "prometheus, otlp, pyroscope and otlp-profiles, or none",
         "exporters",
         ("prometheus",),
     ),
     (
         "HEAPWATCH_EXPORTERS",
         "none,otlp",
-        "prometheus, otlp and pyroscope, or none",
+        "prometheus, otlp, pyroscope and otlp-profiles, or none",
         "exporters",
         ("prometheus",),
     ),

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 ENV_PREFIX = "HEAPWATCH_"
-EXPORTER_NAMES = ("prometheus", "otlp", "pyroscope")
+EXPORTER_NAMES = ("prometheus", "otlp", "pyroscope", "otlp-profiles")
 MIN_INTERVAL = 0.05
 MAX_INTERVAL = 86400.0
 # The leak score's sliding window: down to 10 s so that tests can compress
@@ -227,7 +227,7 @@ def _parse_mode(text: str) -> str:
 
 
 def _parse_exporters(text: str) -> tuple[str, ...]:
-    accepted = "a comma-separated list of prometheus, otlp and pyroscope, or none"
+    accepted = "a comma-separated list of prometheus, otlp, pyroscope and otlp-profiles, or none"
     names = [name.strip().lower() for name in text.split(",") if name.strip()]
     if names == ["none"]:
         return ()

@@ -49,7 +49,10 @@ _RUN_OPTIONS = (
     ),
     ("interval", "seconds between cycles, such as 10 or 500ms (default 10s)"),
     ("top", "allocation sites with their own series (default 20)"),
-    ("exporters", "prometheus, otlp, pyroscope (comma-separated) or none (default prometheus)"),
+    (
+        "exporters",
+        "prometheus, otlp, pyroscope, otlp-profiles (comma-separated) or none (default prometheus)",
+    ),
     ("host", "where /metrics listens (default 127.0.0.1)"),
     ("port", "first port tried (default 9438; 0 for any free port)"),
     ("port_range", "ports tried from --port on, one per process (default 32)"),

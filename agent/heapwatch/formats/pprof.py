@@ -46,6 +46,7 @@ __all__ = [
     "encode_go_heap_profile",
     "encode_heap_profile",
     "folded_sample",
+    "go_heap_samples",
     "heap_samples",
     "heap_samples_from_tracebacks",
     "write_pprof",
@@ -253,6 +254,18 @@ def encode_heap_profile(
     return gzip.compress(raw, compresslevel=_GZIP_LEVEL, mtime=0)
 
 
+def go_heap_samples(snap: Snapshot) -> list[HeapSample]:
+    """A snapshot's samples as Go's heap profile has them: every traceback
+    holding live memory, a peak or allocation totals, then the folded totals
+    as one :data:`FOLDED_SITES` sample.  One home for the pprof profile and
+    the OpenTelemetry one (``otlp_profiles.py``)."""
+    samples = list(heap_samples_from_tracebacks(snap.tracebacks(names=True, allocs=True)))
+    folded = folded_sample(snap.allocs_folded)
+    if folded is not None:
+        samples.append(folded)
+    return samples
+
+
 def encode_go_heap_profile(
     snap: Snapshot,
     *,
@@ -265,12 +278,8 @@ def encode_go_heap_profile(
     sample types, every traceback holding live memory, a peak or allocation
     totals, and the folded totals as one :data:`FOLDED_SITES` sample. The
     one home of that profile, for the endpoints and the push exporters."""
-    samples = list(heap_samples_from_tracebacks(snap.tracebacks(names=True, allocs=True)))
-    folded = folded_sample(snap.allocs_folded)
-    if folded is not None:
-        samples.append(folded)
     return encode_heap_profile(
-        samples,
+        go_heap_samples(snap),
         mode=snap.mode,
         sample_interval=snap.sample_interval,
         time_nanos=time_nanos,

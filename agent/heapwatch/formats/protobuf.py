@@ -62,6 +62,12 @@ class ProtoWriter:
             self._buf += _tag(field, WIRE_VARINT)
             self._buf += encode_varint(value)
 
+    def fixed64_field(self, field: int, value: int) -> None:
+        """Write a fixed64 field (little-endian), unless it is zero."""
+        if value:
+            self._buf += _tag(field, WIRE_FIXED64)
+            self._buf += value.to_bytes(8, "little")
+
     def bool_field(self, field: int, value: bool) -> None:
         """Write a bool field, unless it is false."""
         if value:
