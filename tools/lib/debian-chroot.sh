@@ -10,8 +10,11 @@
 #   PACKAGES     comma-separated packages installed into it
 #   REQUIRED     files that must be there for the chroot to count as whole
 #   PASSED_VARS  variables that cross into the chroot (env -i drops the rest)
-#   EXTRA_BINDS  optional: "SOURCE:TARGET" pairs bound read-only inside
 #   after_ensure optional function, run after every ensure
+#
+# HEAPWATCH_CHROOT_BINDS ("SOURCE:TARGET ...") binds more host folders
+# read-only inside for one run (the wheels' build binds the C library it
+# links against into sid; the image check binds an interpreter).
 #
 # The Debian mirror is read from this machine's own apt sources at run time.
 # The checkout's parent folder (which holds shared/) is bound at the same path
@@ -20,7 +23,7 @@
 MARKER="$ROOT/.heapwatch-complete"
 CHECKOUT="$(cd "$(dirname "$0")/.." && pwd)"
 SHARED_PARENT="$(dirname "$CHECKOUT")"
-EXTRA_BINDS="${EXTRA_BINDS-}"
+EXTRA_BINDS="${HEAPWATCH_CHROOT_BINDS-}"
 
 die() { echo "$TOOL: $*" >&2; exit 1; }
 
@@ -155,6 +158,7 @@ chroot_main() {
     ensure) ensure ;;
     run) shift; run "$@" ;;
     path) echo "$ROOT" ;;
-    *) die "usage: tools/$TOOL ensure | run CMD [ARG...] | path" ;;
+    unmount) need_root; unmount_all ;;
+    *) die "usage: tools/$TOOL ensure | run CMD [ARG...] | path | unmount" ;;
   esac
 }
