@@ -113,7 +113,10 @@ def test_the_wheel_under_test_is_the_one_installed(dist: metadata.Distribution) 
     # name-version-python-abi-platform.whl (PEP 427)
     _name, version, python, abi, platforms = Path(wheel).stem.split("-")
     assert version == heapwatch.__version__
-    tags = {line.split(": ", 1)[1] for line in (dist.read_text("WHEEL") or "").splitlines()
-            if line.startswith("Tag: ")}
+    tags = {
+        line.split(": ", 1)[1]
+        for line in (dist.read_text("WHEEL") or "").splitlines()
+        if line.startswith("Tag: ")
+    }
     assert tags == {f"{python}-{abi}-{p}" for p in platforms.split(".")}
     assert all(p.startswith("manylinux_") for p in platforms.split(".")), platforms
