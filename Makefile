@@ -18,7 +18,7 @@ SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: wheels wheel-host wheel-test wheel-test-host bench-black-box bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
+.PHONY: wheels wheel-host wheel-test wheel-test-host demo-image bench-black-box bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -91,6 +91,13 @@ wheel-test:  ## install each wheel of dist/ as a user would (no compiler) and te
 
 wheel-test-host:  ## wheel-test for this Python's wheel alone
 	$(MAKE) --no-print-directory wheel-test VERSIONS=$(HOST_VERSION)
+
+# The image's Python: the X.Y of its FROM python:X.Y-slim-bookworm.
+DEMO_IMAGE_VERSION := $(shell sed -n 's/^FROM python:\([0-9.]*\)-slim.*/\1/p' deploy/compose/demo.Dockerfile)
+
+demo-image:  ## deploy/compose/demo.Dockerfile's steps in a Debian 12 slim chroot (no container runtime here)
+	$(MAKE) --no-print-directory wheels VERSIONS=$(DEMO_IMAGE_VERSION)
+	tools/dockerfile-in-chroot deploy/compose/demo.Dockerfile
 
 sanitize:  ## build the core with ASan+UBSan and run the core tests under them
 	$(MAKE) --no-print-directory $(VENV)-asan/.deps VENV=$(VENV)-asan
