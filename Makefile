@@ -19,7 +19,7 @@ SANITIZED    = PYTHONMALLOC=malloc LD_PRELOAD="$(ASAN_LIB) $(UBSAN_LIB)" \
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: bench-black-box bench-profiles bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
+.PHONY: wheels wheel-host wheel-test wheel-test-host demo-image bench-black-box bench-profiles bench-leaks ci-lane-host ci-lane-sid guest-newest help demo test test-all sanitize bench lint ci ci-tools install clean dashboard guest soak soak-short soak-sanitize
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,51 @@ test-all:  ## run the test suite on every supported Python (3.9 to 3.15)
 	      $(MAKE) --no-print-directory test PYTHON=$$py VENV=.venvs/$$v ;; \
 	  esac; \
 	done
+
+# Wheels: tools/build-wheels builds them (from the sdist, against Debian 11's
+# C library), tools/test-wheel installs one into a fresh venv without a
+# compiler and runs INSTALLED_TESTS (relative to tests/) against it.  The cp39
+# wheel is tested in Debian 11 itself, with its python3.9.
+WHEEL_TOOLS     := .venvs/wheel-tools
+PACKAGE_VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' agent/heapwatch/_version.py)
+BULLSEYE_VERSIONS := 3.9
+INSTALLED_TESTS := integration/test_installed_package.py integration/test_autostart_isolated.py \
+  integration/test_agent_end_to_end.py integration/test_dumps_installed.py \
+  unit/test_tracemalloc_api.py integration/test_tracemalloc_tracing.py
+
+$(WHEEL_TOOLS)/.deps: requirements-wheels.txt
+	$(PYTHON) -m venv $(WHEEL_TOOLS)
+	$(WHEEL_TOOLS)/bin/python -m pip install -q -r requirements-wheels.txt
+	touch $@
+
+wheels: $(WHEEL_TOOLS)/.deps  ## the sdist and a manylinux wheel for each CPython (3.9 to 3.15) into dist/
+	SID_VERSIONS="$(SID_VERSIONS)" tools/build-wheels $(WHEEL_TOOLS) $(VERSIONS)
+
+wheel-host: $(WHEEL_TOOLS)/.deps  ## the sdist and this Python's wheel into dist/
+	SID_VERSIONS="$(SID_VERSIONS)" tools/build-wheels $(WHEEL_TOOLS) $(HOST_VERSION)
+
+wheel-test:  ## install each wheel of dist/ as a user would (no compiler) and test the installed package
+	@set -e; for v in $(VERSIONS); do \
+	  wheel=$$(echo dist/heapwatch-$(PACKAGE_VERSION)-cp$$(echo $$v | tr -d .)-*.whl); \
+	  case " $(SID_VERSIONS) " in *" $$v "*) \
+	    echo "=== $$wheel (Debian sid chroot)"; \
+	    tools/sid-python run tools/test-wheel python$$v $$wheel $(INSTALLED_TESTS); continue ;; esac; \
+	  case " $(BULLSEYE_VERSIONS) " in *" $$v "*) \
+	    echo "=== $$wheel (Debian 11 chroot)"; \
+	    tools/bullseye-python run tools/test-wheel python$$v $$wheel $(INSTALLED_TESTS); continue ;; esac; \
+	  echo "=== $$wheel"; \
+	  tools/test-wheel $$(tools/find-python $$v) $$wheel $(INSTALLED_TESTS); \
+	done
+
+wheel-test-host:  ## wheel-test for this Python's wheel alone
+	$(MAKE) --no-print-directory wheel-test VERSIONS=$(HOST_VERSION)
+
+# The image's Python: the X.Y of its FROM python:X.Y-slim-bookworm.
+DEMO_IMAGE_VERSION := $(shell sed -n 's/^FROM python:\([0-9.]*\)-slim.*/\1/p' deploy/compose/demo.Dockerfile)
+
+demo-image:  ## deploy/compose/demo.Dockerfile's steps in a Debian 12 slim chroot (no container runtime here)
+	$(MAKE) --no-print-directory wheels VERSIONS=$(DEMO_IMAGE_VERSION)
+	tools/dockerfile-in-chroot deploy/compose/demo.Dockerfile
 
 sanitize:  ## build the core with ASan+UBSan and run the core tests under them
 	$(MAKE) --no-print-directory $(VENV)-asan/.deps VENV=$(VENV)-asan
@@ -121,6 +166,8 @@ ONCE_ONLY    := -m "not deploy_files"
 ci-lane-host:
 	$(MAKE) --no-print-directory test-all PYTEST_ARGS='$(ONCE_ONLY)' \
 	  VERSIONS="$(filter-out $(HOST_VERSION) $(SID_VERSIONS),$(VERSIONS))"
+	$(MAKE) --no-print-directory wheel-host
+	$(MAKE) --no-print-directory wheel-test-host
 
 ci-lane-sid:
 	$(MAKE) --no-print-directory test

@@ -81,7 +81,9 @@ core = Extension(
     include_dirs=[str(CSRC.relative_to(HERE))],
     extra_compile_args=_compile_args(),
     extra_link_args=_link_args(),
-    libraries=["m", "dl"],  # dl: dlopen before glibc 2.34
+    # dl and pthread: dlopen, pthread_once and pthread_key_create live there
+    # before glibc 2.34, which the wheels are built against.
+    libraries=["m", "dl", "pthread"],
 )
 
 setup(ext_modules=[core], cmdclass={"build_py": BuildPyWithPth}, options=_build_options())

@@ -1,3 +1,4 @@
+#include "compat.h" /* Python.h first, as CPython requires: its _POSIX_C_SOURCE before libc's */
 #include "sampling.h"
 
 #include <errno.h>
@@ -62,9 +63,12 @@ static int64_t
 draw_countdown(uint64_t *rng)
 {
     double interval = (double)__atomic_load_n(&hw_tracer.sample_interval, __ATOMIC_RELAXED);
-    /* u in (0, 1]: -log(u) is finite. */
+    /* u in (0, 1]: -log(u) is finite.  log1p(u - 1), not log(u): glibc 2.29
+     * gave log a new symbol version, which would raise the wheels' manylinux
+     * tag above RHEL 8's glibc 2.28.  u is k * 2^-53, so u - 1 is exact and
+     * the two are the same function of the same argument. */
     double u = (double)((next_random(rng) >> 11) + 1) * (1.0 / 9007199254740992.0);
-    double bytes = -log(u) * interval;
+    double bytes = -log1p(u - 1.0) * interval;
     if (bytes < 1.0) {
         return 1;
     }

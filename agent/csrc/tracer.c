@@ -1,3 +1,4 @@
+#include "compat.h" /* Python.h first, as CPython requires: its _POSIX_C_SOURCE before libc's */
 #include "tracer.h"
 
 #include <math.h>
