@@ -25,7 +25,7 @@ size (in ``Snapshot.traces()``) is the sampled block's real size.
 """
 
 import os
-from typing import Literal, Protocol, TypedDict, overload
+from typing import Callable, Literal, Protocol, TypedDict, overload
 
 from typing_extensions import Self
 
@@ -159,6 +159,14 @@ def set_epoch(epoch: int) -> None:
     (ValueError) and is 0 again after stop()."""
 
 def get_epoch() -> int: ...
+def wake_after(delay: float, callback: Callable[[], object]) -> None:
+    """``callback()`` once, from the main thread at a safe point, after the
+    first allocation made ``delay`` seconds or more from now; replaces the
+    wake-up armed before.  A process that allocates nothing is not woken."""
+
+def wake_cancel() -> bool:
+    """Forgets the armed wake-up; whether there was one."""
+
 def set_thread_traced(traced: bool) -> bool:
     """Whether the blocks the calling thread allocates from now on are
     recorded (True by default; False on heapwatch's own threads, whose work
