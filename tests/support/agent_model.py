@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -121,6 +121,7 @@ class ModelSource:
         self.snapshots = 0
         self.drains = 0
         self.started_with: tuple[int, str, int] | None = None
+        self.wakeup: tuple[float, Callable[[], object]] | None = None
 
     # ---- the workload
     def allocate(self, file: str, line: int, size: int, count: int = 1) -> None:
@@ -207,6 +208,20 @@ class ModelSource:
 
     def drain(self) -> None:
         self.drains += 1
+
+    def wake_after(self, delay: float, callback: Callable[[], object]) -> bool:
+        # Nothing allocates through a model: the test wakes it (wake()).
+        self.wakeup = (delay, callback)
+        return True
+
+    def cancel_wake(self) -> None:
+        self.wakeup = None
+
+    def wake(self) -> None:
+        """What the allocator does once the wake-up's deadline has passed."""
+        wakeup, self.wakeup = self.wakeup, None
+        assert wakeup is not None, "no wake-up was arranged"
+        wakeup[1]()
 
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ instead (``SnapshotSource``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -58,6 +58,13 @@ class SnapshotSource(Protocol):
     def tracer_memory(self) -> int: ...
     def dropped(self) -> int: ...
     def drain(self) -> None: ...
+    def wake_after(self, delay: float, callback: Callable[[], object]) -> bool:
+        """Arranges ``callback()`` from the main thread at a safe point once
+        the process allocates ``delay`` seconds or more from now, replacing
+        the last; False when it cannot (nothing allocates through it)."""
+
+    def cancel_wake(self) -> None:
+        """Forgets what ``wake_after`` arranged."""
 
 
 class CoreSource:
@@ -105,6 +112,17 @@ class CoreSource:
 
     def drain(self) -> None:
         self._core.drain()
+
+    def wake_after(self, delay: float, callback: Callable[[], object]) -> bool:
+        # The hooks notice the deadline: without them in the allocator chain
+        # nothing would.
+        if not self._core.hooks_installed():
+            return False
+        self._core.wake_after(delay, callback)
+        return True
+
+    def cancel_wake(self) -> None:
+        self._core.wake_cancel()
 
     def snapshot(self, traces: bool) -> _core.Snapshot:
         """A snapshot of the tracer now (with every trace if ``traces``) that
