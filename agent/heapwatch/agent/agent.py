@@ -25,11 +25,13 @@ and not a record of when each epoch began.
 Failure policy: a failing cycle is logged (once, until it recovers) and
 retried at the next interval; an exporter that fails to start is logged and
 left out; nothing is raised into the application.  ``stop`` is idempotent and
-bounded by a deadline, and runs at exit.  After ``fork()`` the agent restarts
-in the child with a fresh baseline, its own endpoint (the port rule in
-``heapwatch.server.http``) and no state from the parent but when the core's
-epoch began (the child's core carries on in it).  docs/design/agent.md
-has the whole picture.
+bounded by a deadline, and runs at exit.  Around ``fork()`` its threads end
+and start again in the parent, so that none is alive as the interpreter
+counts them; in the child the agent restarts once its first cycle is due
+(the core notices the deadline at an allocation), with a fresh baseline, its
+own endpoint (the port rule in ``heapwatch.server.http``) and no state from
+the parent but when the core's epoch began (the child's core carries on in
+it).  docs/design/agent.md has the whole picture.
 """
 
 from __future__ import annotations
