@@ -644,6 +644,21 @@ core_wake_after(PyObject *module, PyObject *args)
 }
 
 static PyObject *
+core_call_soon(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *callback;
+    PyObject *frame = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:call_soon", &callback, &frame)) {
+        return NULL;
+    }
+    if (hw_call_soon(callback, frame == Py_None ? NULL : frame) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 core_wake_cancel(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -1193,6 +1208,9 @@ static PyMethodDef core_methods[] = {
     {"wake_after", core_wake_after, METH_VARARGS,
      "wake_after(delay, callback): callback() from the main thread once, at a safe point "
      "after the first allocation made delay seconds or more from now (replaces the last)"},
+    {"call_soon", core_call_soon, METH_VARARGS,
+     "call_soon(callback, frame=None): callback() once, from the main thread at its next "
+     "safe point (of frame, when given)"},
     {"wake_cancel", core_wake_cancel, METH_NOARGS,
      "wake_cancel() -> bool: forgets the armed wake-up; whether there was one"},
     {"_at_exit", core_at_exit, METH_NOARGS, NULL},

@@ -7,6 +7,8 @@
 
 #include "thread.h"
 
+#include <frameobject.h>
+
 /* Allocations between two reads of the clock: a read costs some 20 ns, an
  * allocation through the hooks about as much, and a service that allocates
  * at all allocates thousands of blocks a second. */
@@ -27,17 +29,15 @@ now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* A pending call: the main thread, the GIL held, between two bytecodes. */
-static int
-wake_pending_call(void *arg)
+/* Calls and releases callback: the main thread, the GIL held, between two
+ * bytecodes (a pending call). */
+static void
+run_callback(PyObject *callback)
 {
-    (void)arg;
-    PyObject *callback = wake_callback;
-    wake_callback = NULL;
-    if (callback == NULL || hw_py_is_finalizing()) {
-        /* Disarmed meanwhile, or the interpreter is going away: no Python
-         * code now (the reference is left, as the interpreter's own are). */
-        return 0;
+    if (hw_py_is_finalizing()) {
+        /* The interpreter is going away: no Python code now (the reference
+         * is left, as the interpreter's own are). */
+        return;
     }
     PyObject *result = PyObject_CallNoArgs(callback);
     if (result == NULL) {
@@ -47,9 +47,83 @@ wake_pending_call(void *arg)
     }
     Py_XDECREF(result);
     Py_DECREF(callback);
+}
+
+static int
+wake_pending_call(void *arg)
+{
+    (void)arg;
+    PyObject *callback = wake_callback;
+    wake_callback = NULL;
+    if (callback != NULL) { /* else disarmed meanwhile */
+        run_callback(callback);
+    }
     return 0;
 }
 
+/* A call_soon: what to call, and the frame it waits for (NULL: none). */
+typedef struct {
+    PyObject *callback;
+    PyObject *frame;
+    unsigned int requeued;
+} soon_t;
+
+/* Times a call_soon waiting for its frame is queued again (32 a safe point
+ * at most: the pending calls' own batch), should the frame never run again. */
+#define SOON_MAX_REQUEUES 100000
+
+static int
+soon_pending_call(void *arg)
+{
+    soon_t *soon = (soon_t *)arg;
+    if (soon->frame != NULL && (PyObject *)PyEval_GetFrame() != soon->frame &&
+        soon->requeued < SOON_MAX_REQUEUES && !hw_py_is_finalizing()) {
+        /* Another frame's safe point (a hook that os.fork() runs, say):
+         * queued again, for the next one. */
+        soon->requeued++;
+        if (Py_AddPendingCall(soon_pending_call, soon) == 0) {
+            return 0;
+        }
+    }
+    PyObject *callback = soon->callback;
+    Py_XDECREF(soon->frame);
+    PyMem_RawFree(soon);
+    run_callback(callback);
+    return 0;
+}
+
+int
+hw_call_soon(PyObject *callback, PyObject *frame)
+{
+    if (!PyCallable_Check(callback)) {
+        PyErr_Format(PyExc_TypeError, "callback must be callable, not %.100s",
+                     Py_TYPE(callback)->tp_name);
+        return -1;
+    }
+    if (frame != NULL && !PyFrame_Check(frame)) {
+        PyErr_Format(PyExc_TypeError, "frame must be a frame or None, not %.100s",
+                     Py_TYPE(frame)->tp_name);
+        return -1;
+    }
+    soon_t *soon = PyMem_RawMalloc(sizeof(*soon));
+    if (soon == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_INCREF(callback);
+    Py_XINCREF(frame);
+    soon->callback = callback;
+    soon->frame = frame;
+    soon->requeued = 0;
+    if (Py_AddPendingCall(soon_pending_call, soon) != 0) {
+        Py_DECREF(callback);
+        Py_XDECREF(frame);
+        PyMem_RawFree(soon);
+        PyErr_SetString(PyExc_RuntimeError, "the interpreter's pending calls are full");
+        return -1;
+    }
+    return 0;
+}
 HW_COLD void
 hw_wake_tick(void)
 {

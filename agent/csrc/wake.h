@@ -42,4 +42,12 @@ int hw_wake_arm(double delay, PyObject *callback);
  * one.  A call already queued then does nothing. */
 int hw_wake_disarm(void);
 
+/* GIL held.  callback() once, from the main thread at its next safe point
+ * (a pending call: right after the builtin being called returns), or, given
+ * a frame, at the next safe point of that frame (the code that called
+ * os.fork(), once it returned: not the at-fork hooks it runs before).
+ * Returns -1 with an exception set on a wrong argument or when the queue of
+ * pending calls is full. */
+int hw_call_soon(PyObject *callback, PyObject *frame);
+
 #endif

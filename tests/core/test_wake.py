@@ -9,8 +9,10 @@ pending call, run between two bytecodes of the main thread.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
-from types import ModuleType
+from types import FrameType, ModuleType
 
 import pytest
 
@@ -74,3 +76,41 @@ def test_a_delay_must_be_finite_and_not_negative(core: ModuleType, delay: float)
 def test_the_callback_must_be_callable(core: ModuleType) -> None:
     with pytest.raises(TypeError, match="must be callable, not int"):
         core.wake_after(1.0, 3)  # type: ignore[arg-type]
+
+
+def test_call_soon_runs_at_the_next_safe_point_of_the_frame_given(core: ModuleType) -> None:
+    # The agent's threads start again in the parent once os.fork() returns
+    # (3.13+ counts them after the at-fork hooks): a pending call may come
+    # due in a hook registered later, and must wait for the forking frame.
+    events: list[str] = []
+    forking: list[FrameType] = []
+
+    def ours() -> None:
+        if forking:
+            core.call_soon(lambda: events.append("called"), sys._getframe(1))
+
+    def later_hook() -> None:
+        if forking:
+            for i in range(100):  # safe points of its own
+                _ = [str(i)]
+            events.append("later hook")
+
+    os.register_at_fork(after_in_parent=ours)
+    os.register_at_fork(after_in_parent=later_hook)
+    forking.append(sys._getframe())
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        events.append("returned")
+        os.waitpid(pid, 0)
+    finally:
+        forking.clear()
+    assert events == ["later hook", "called", "returned"]
+
+
+def test_call_soon_without_a_frame_runs_at_the_next_safe_point(core: ModuleType) -> None:
+    events: list[str] = []
+    core.call_soon(lambda: events.append("called"))
+    events.append("next")
+    assert events == ["called", "next"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from types import FrameType
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -216,6 +217,9 @@ class ModelSource:
 
     def cancel_wake(self) -> None:
         self.wakeup = None
+
+    def call_soon(self, callback: Callable[[], object], frame: FrameType | None) -> bool:
+        return False  # the agent calls it at once
 
     def wake(self) -> None:
         """What the allocator does once the wake-up's deadline has passed."""

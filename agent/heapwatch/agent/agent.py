@@ -39,6 +39,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -64,7 +65,7 @@ from heapwatch.runtime.container import (
     find_memory_cgroup,
     read_container_memory,
 )
-from heapwatch.runtime.forks import call_around_fork, call_in_forked_child
+from heapwatch.runtime.forks import call_around_fork, call_in_forked_child, forking_frame
 from heapwatch.runtime.procmem import (
     NATIVE_HEAP_SOURCE,
     NATIVE_HEAP_UNAVAILABLE,
@@ -103,6 +104,12 @@ AT_EXIT_TIMEOUT = 2.0
 # goes ahead with them (a cycle, a dump or an export in progress): they end
 # in well under a millisecond otherwise (docs/design/agent.md, "Fork").
 FORK_PAUSE_TIMEOUT = 0.5
+
+# Where os.fork() counts the threads to warn of them: 3.12 before the
+# after_in_parent hooks; 3.13+ after them (once it has started the world
+# again), so there the threads start again a moment later, from the main
+# thread right after os.fork() returns.
+_COUNTS_AFTER_PARENT_HOOKS = sys.version_info >= (3, 13)
 
 
 def _shutdown_failed(exporter: Component, exc: Exception) -> None:
@@ -225,6 +232,7 @@ class Agent:
         # a fork and a stop never handle the same threads at once.
         self._fork_lock = threading.Lock()
         self._paused: list[Callable[[], None]] | None = None  # what resumes them
+        self._resuming: list[Callable[[], None]] | None = None  # the same, asked of the main thread
         self._pausing = False  # the agent's thread ends for a fork: no last cycle
         self._next_cycle = 0.0  # monotonic; when the agent's thread cycles next
         self._lifeline: Lifeline | None = None
@@ -551,6 +559,7 @@ class Agent:
         if self._restart_pending:  # a forked child that did not restart yet
             self._restart_pending = False
             self._source.cancel_wake()
+        self._resuming = None  # its threads ended for a fork: they stay so
         in_time = True
         if at_exit and not any(getattr(e, "pushes", False) for e in self._exporters):
             # Nobody reads a cycle run as the process exits but an exporter
@@ -700,6 +709,7 @@ class Agent:
         if self._state != _RUNNING:
             self._fork_lock.release()
             return
+        self._resuming = None  # what this pause resumes includes it
         resume: list[Callable[[], None]] = []
         ended = True
         server = self._server
@@ -735,12 +745,41 @@ class Agent:
         if resume is None:
             return
         try:
+            # A fork from another thread is warned of anyway: the process
+            # has two threads, the main one and the forking one.
+            if _COUNTS_AFTER_PARENT_HOOKS and threading.current_thread() is threading.main_thread():
+                self._resuming = resume
+                try:
+                    # Pending calls run at the first safe point, which may be
+                    # in another at-fork hook, before os.fork() counts the
+                    # threads: this one waits for its caller's frame.
+                    if self._source.call_soon(self._resume_soon, forking_frame()):
+                        return
+                except Exception:
+                    log.debug("heapwatch cannot resume after os.fork() returns", exc_info=True)
+                self._resuming = None
+            self._resume(resume)
+        finally:
+            self._fork_lock.release()
+
+    @owned
+    def _resume_soon(self) -> None:
+        # The main thread, right after os.fork() returned.
+        if not self._fork_lock.acquire(timeout=FORK_PAUSE_TIMEOUT):
+            return  # a stop, or another fork, which resumes (or ends) them all
+        try:
+            resume, self._resuming = self._resuming, None
+            if resume is not None and self._state == _RUNNING:
+                self._resume(resume)
+        finally:
+            self._fork_lock.release()
+
+    def _resume(self, resume: list[Callable[[], None]]) -> None:
+        try:
             for start in reversed(resume):
                 start()
         except Exception:
             log.exception("heapwatch agent could not resume after fork")
-        finally:
-            self._fork_lock.release()
 
 
 # ---- the process's agent ---------------------------------------------------------

@@ -9,6 +9,7 @@ instead (``SnapshotSource``).
 
 from __future__ import annotations
 
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
@@ -65,6 +66,10 @@ class SnapshotSource(Protocol):
 
     def cancel_wake(self) -> None:
         """Forgets what ``wake_after`` arranged."""
+
+    def call_soon(self, callback: Callable[[], object], frame: FrameType | None) -> bool:
+        """Arranges ``callback()`` from the main thread at its next safe
+        point (of ``frame``, when given); False when it cannot."""
 
 
 class CoreSource:
@@ -123,6 +128,10 @@ class CoreSource:
 
     def cancel_wake(self) -> None:
         self._core.wake_cancel()
+
+    def call_soon(self, callback: Callable[[], object], frame: FrameType | None) -> bool:
+        self._core.call_soon(callback, frame)
+        return True
 
     def snapshot(self, traces: bool) -> _core.Snapshot:
         """A snapshot of the tracer now (with every trace if ``traces``) that
