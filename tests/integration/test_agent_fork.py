@@ -125,11 +125,13 @@ if pid == 0:
     child = []
     child.append(bytearray(3_000_000))  # CHILD
     print("forked", time.time(), flush=True)
-    # Alive, running Python: the agent restarts at its first allocation
-    # past its first cycle's deadline (one that sleeps in C for good never
-    # restarts it: docs/design/agent.md, "Fork").
+    # Alive, running Python that allocates: the agent restarts at its first
+    # allocation past its first cycle's deadline (one that sleeps in C for
+    # good, or whose objects all come from free lists, never restarts it:
+    # docs/design/agent.md, "Fork").
     for _ in range(12000):
         time.sleep(0.01)
+        str(time.time())
     os._exit(0)
 time.sleep(120)
 """
