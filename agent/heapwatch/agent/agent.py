@@ -448,12 +448,15 @@ class Agent:
         # The first cycle runs at once: it sets the baseline and gives the
         # exporters something to read.  A thread started again after a fork
         # keeps the schedule of the one that ended for it.
+        # An interval from the end of one cycle to the next, as a plain
+        # wait(interval) would: an epoch begins only when a whole interval
+        # has passed since the last one began.
         if first:
-            self._next_cycle = time.monotonic() + self.config.interval
             self._cycle_safely()
+            self._next_cycle = time.monotonic() + self.config.interval
         while not stop_event.wait(max(0.0, self._next_cycle - time.monotonic())):
-            self._next_cycle = time.monotonic() + self.config.interval
             self._cycle_safely()
+            self._next_cycle = time.monotonic() + self.config.interval
         if self._last_cycle and not self._pausing:
             self._cycle_safely()  # one last cycle for the exporters' final export
 
@@ -671,15 +674,29 @@ class Agent:
             log.debug("heapwatch cannot wait for the child's first cycle", exc_info=True)
         self._wake_in_child()  # nothing would notice the deadline: at once
 
+    def wake_in_child(self) -> None:
+        """In a forked child whose agent has not restarted yet: restarts it
+        now rather than at its first cycle's deadline.  For the dump
+        signal's handler, which runs in the main thread between two
+        bytecodes: it gives up rather than wait for a lock that thread may
+        hold."""
+        if self._restart_pending:
+            self._wake_in_child(blocking=False)
+
     @owned
-    def _wake_in_child(self) -> None:
-        # In the main thread, between two bytecodes (a pending call), or in
-        # the last after-fork hook: it must not raise.
-        with self._lock:
+    def _wake_in_child(self, blocking: bool = True) -> None:
+        # In the main thread, between two bytecodes (a pending call, a
+        # signal's handler), or in the last after-fork hook: never raises.
+        if not self._lock.acquire(blocking):
+            return
+        try:
             if not self._restart_pending or self._state != _RUNNING:
                 return
             self._restart_pending = False
+        finally:
+            self._lock.release()
         try:
+            self._source.cancel_wake()
             self._start_memory = self._memory()  # (as in start(): nothing else runs yet)
             self._start_components()
             if not _main_thread_ends_process:

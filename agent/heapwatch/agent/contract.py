@@ -217,6 +217,10 @@ class AgentView(Protocol):
         """Publishes the black box an earlier process left (found at start)."""
 
     def readings(self) -> Readings: ...
+    def wake_in_child(self) -> None:
+        """In a forked child whose agent has not restarted yet (its first
+        cycle is not due): restarts it now (the dump signal's handler)."""
+
     def last_snapshot(self) -> tuple[Any, float] | None: ...
     def leak_scores(self) -> Mapping[tuple[str, int], LeakScore]:
         """The last cycle's leak score of each site it watched."""

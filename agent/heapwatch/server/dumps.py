@@ -677,9 +677,14 @@ class DumpService:
         # thread holds any lock (heapwatch's included): to ask for a dump it
         # takes none and only writes one byte to a non-blocking pipe.  The
         # pid check ignores a signal caught in a forked child before it
-        # armed its own pipe.
+        # armed its own pipe: in a child whose agent has not restarted yet
+        # (its first cycle is not due), the signal restarts it first.
         if self._armed_pid != os.getpid():
-            return
+            agent = self.agent
+            if agent is not None:
+                agent.wake_in_child()
+            if self._armed_pid != os.getpid():
+                return
         if self.config.dump_dir is None:
             # No dump to ask for, so no pipe nor thread (nor descriptors) in
             # every process: the line is logged from here, through logging's
