@@ -12,6 +12,7 @@
 #include "thread.h"
 #include "tracebacks.h"
 #include "tracer.h"
+#include "wake.h"
 
 enum { D_RAW = 0, D_MEM = 1, D_OBJ = 2, D_COUNT = 3 };
 
@@ -385,6 +386,9 @@ hook_alloc(int d, int gil_domain, int sampling, void *ctx, int zeroed, size_t ne
            size_t elsize)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
+    if (gil_domain) {
+        hw_wake_check();
+    }
     if (gil_domain && sampling) {
         /* Sample mode, recording, not a sample point, nothing can nest (see
          * hw_gil_countdown): a tail call, touching nothing thread-local. */
@@ -519,6 +523,7 @@ hook_realloc(int d, int gil_domain, int sampling, void *ctx, void *ptr, size_t s
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
     if (gil_domain) {
+        hw_wake_check();
         int64_t left = sampling ? hw_gil_countdown_load() : 0;
         if (HW_LIKELY(left > 0 && size < (uint64_t)left) &&
             HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {

@@ -17,6 +17,7 @@
 #include "snapshot.h"
 #include "sync.h"
 #include "tracer.h"
+#include "wake.h"
 
 static const char *const mode_names[] = {"exact", "sample"};
 /* By HW_PROFILE_*: what start(profile=) takes and get_config() says. */
@@ -674,6 +675,44 @@ core_set_thread_traced(PyObject *module, PyObject *arg)
 }
 
 static PyObject *
+core_wake_after(PyObject *module, PyObject *args)
+{
+    (void)module;
+    double delay;
+    PyObject *callback;
+    if (!PyArg_ParseTuple(args, "dO:wake_after", &delay, &callback)) {
+        return NULL;
+    }
+    if (hw_wake_arm(delay, callback) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_call_soon(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *callback;
+    PyObject *frame = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:call_soon", &callback, &frame)) {
+        return NULL;
+    }
+    if (hw_call_soon(callback, frame == Py_None ? NULL : frame) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_wake_cancel(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(hw_wake_disarm());
+}
+
+static PyObject *
 core_get_traceback_limit(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -1053,6 +1092,7 @@ core_at_exit(PyObject *module, PyObject *unused)
     (void)module;
     (void)unused;
     hw_at_exit();
+    (void)hw_wake_disarm(); /* nothing of ours starts as the process exits */
     Py_RETURN_NONE;
 }
 
@@ -1215,6 +1255,14 @@ static PyMethodDef core_methods[] = {
      "(BlockingIOError: none waiting)"},
     {"_interposed", core_interposed, METH_NOARGS,
      "-> GOT entries now pointing at heapwatch's PyTraceMalloc_Track/Untrack and dlopen wrappers"},
+    {"wake_after", core_wake_after, METH_VARARGS,
+     "wake_after(delay, callback): callback() from the main thread once, at a safe point "
+     "after the first allocation made delay seconds or more from now (replaces the last)"},
+    {"call_soon", core_call_soon, METH_VARARGS,
+     "call_soon(callback, frame=None): callback() once, from the main thread at its next "
+     "safe point (of frame, when given)"},
+    {"wake_cancel", core_wake_cancel, METH_NOARGS,
+     "wake_cancel() -> bool: forgets the armed wake-up; whether there was one"},
     {"_at_exit", core_at_exit, METH_NOARGS, NULL},
     {"_check_invariants", core_check_invariants, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -25,7 +25,8 @@ size (in ``Snapshot.traces()``) is the sampled block's real size.
 """
 
 import os
-from typing import Literal, Protocol, TypedDict, overload
+from types import FrameType
+from typing import Callable, Literal, Protocol, TypedDict, overload
 
 from typing_extensions import Self
 
@@ -184,6 +185,20 @@ def set_epoch(epoch: int) -> None:
     (ValueError) and is 0 again after stop()."""
 
 def get_epoch() -> int: ...
+def wake_after(delay: float, callback: Callable[[], object]) -> None:
+    """``callback()`` once, from the main thread at a safe point, after the
+    first allocation made ``delay`` seconds or more from now; replaces the
+    wake-up armed before.  A process that allocates nothing is not woken."""
+
+def call_soon(callback: Callable[[], object], frame: FrameType | None = None) -> None:
+    """``callback()`` once, from the main thread at its next safe point
+    (right after the builtin it is calling returns), or at the next one of
+    ``frame`` when given (once the code that called ``os.fork()`` runs
+    again, past the at-fork hooks)."""
+
+def wake_cancel() -> bool:
+    """Forgets the armed wake-up; whether there was one."""
+
 def set_thread_traced(traced: bool) -> bool:
     """Whether the blocks the calling thread allocates from now on are
     recorded (True by default; False on heapwatch's own threads, whose work

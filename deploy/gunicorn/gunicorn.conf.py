@@ -9,9 +9,11 @@ How heapwatch and gunicorn fit together:
   heapwatch agent as the interpreter starts (heapwatch's auto-start hook), or
   at the latest in ``on_starting`` below, and serves /metrics on
   HEAPWATCH_PORT (9438).
-* gunicorn forks the workers.  heapwatch restarts the agent in each worker
-  right after fork, with a fresh baseline and its own /metrics on the next
-  free port of the range: 9439, 9440, ...  Nothing here has to start it.
+* gunicorn forks the workers.  heapwatch restarts the agent in a forked
+  child once its first cycle is due (a child that execs or exits sooner never
+  starts one); ``post_fork`` below starts it at once in each worker, which
+  lives on: a fresh baseline and its own /metrics on the next free port of
+  the range: 9439, 9440, ...
 * A worker that gunicorn replaces (max_requests, timeout) frees its port when
   it exits; the new worker takes the lowest free port, usually the same one.
 
@@ -77,12 +79,13 @@ def on_starting(server: Any) -> None:
 
 
 def post_fork(server: Any, worker: Any) -> None:
-    """In each new worker: heapwatch has already restarted its agent (it does
-    so as fork returns); say where this worker's metrics are."""
+    """In each new worker: start its agent now (by itself it would start once
+    the worker's first cycle is due) and say where its metrics are."""
     try:
         import heapwatch  # noqa: PLC0415 (heapwatch is optional: the service runs without it)
     except ImportError:
         return
     agent = heapwatch.get_agent()
     if agent is not None:
+        agent.wake_in_child()
         server.log.info("heapwatch: worker %s serves %s", worker.pid, agent.metrics_url)

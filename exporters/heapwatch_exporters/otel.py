@@ -31,7 +31,7 @@ from heapwatch._version import __version__
 from heapwatch.agent.config import AgentConfig, env_value
 from heapwatch.agent.interface import AgentView, Readings, ReadingsSource
 from heapwatch.runtime.problems import ProblemLog
-from heapwatch.runtime.threads import start_thread
+from heapwatch.runtime.threads import join_thread, start_thread
 from heapwatch_exporters._catalogue import (
     CATALOGUE,
     OTEL_ATTRIBUTE_FILE,
@@ -286,7 +286,9 @@ class _ExportThread:
         self._interval = interval
         self._timeout_ms = timeout_ms
         self._stop = threading.Event()
-        self._thread = start_thread(self._run, "heapwatch-otlp")
+        self._paused = False
+        self._next = time.monotonic() + interval
+        self._thread = start_thread(self._run, "heapwatch-otlp", (self._stop,))
         self.ident = self._thread.ident
 
     def _export(self) -> None:
@@ -300,13 +302,16 @@ class _ExportThread:
                 exc_info=exc,
             )
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         me = threading.get_ident()
         _our_records.threads.add(me)
         try:
-            while not self._stop.wait(self._interval):
+            # On a schedule of its own, which a pause for a fork keeps.
+            while not stop.wait(max(0.0, self._next - time.monotonic())):
+                self._next = time.monotonic() + self._interval
                 self._export()
-            self._export()
+            if not self._paused:
+                self._export()
         finally:
             # A thread's number is reused by the next thread to start.
             _our_records.threads.discard(me)
@@ -315,6 +320,25 @@ class _ExportThread:
     def stop(self, timeout: float) -> bool:
         self._stop.set()
         return self.join(timeout)
+
+    def pause(self, deadline: float) -> bool:
+        """Ends the thread for a fork, with no export, by the monotonic
+        ``deadline`` (an export in flight is waited for until then)."""
+        if self._thread is threading.current_thread():
+            return False
+        self._paused = True
+        self._stop.set()
+        return join_thread(self._thread, deadline)
+
+    def resume(self) -> None:
+        """Exports again, on the same schedule, after ``pause``."""
+        if not self._paused:
+            return
+        self._paused = False
+        self._stop = threading.Event()
+        # A thread that outlived pause() sees its own event set and returns.
+        self._thread = start_thread(self._run, "heapwatch-otlp", (self._stop,))
+        self.ident = self._thread.ident
 
     def join(self, timeout: float) -> bool:
         if self._thread is not threading.current_thread():
@@ -415,6 +439,15 @@ class OtelExporter:
                 log.debug("heapwatch OpenTelemetry: the last export did not finish in time")
         self._detach()
         self.meter_provider = None
+
+    def pause_for_fork(self, deadline: float) -> bool:
+        own = self._own
+        return own[1].pause(deadline) if own is not None else True
+
+    def resume_after_fork(self) -> None:
+        own = self._own
+        if own is not None:
+            own[1].resume()
 
     def after_fork_in_child(self) -> None:
         # The parent's provider (resource with its pid) is dropped without

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from types import FrameType
+from typing import TYPE_CHECKING, Callable, Literal
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -135,6 +136,7 @@ class ModelSource:
         self.snapshots = 0
         self.drains = 0
         self.started_with: tuple[int, str, int] | None = None
+        self.wakeup: tuple[float, Callable[[], object]] | None = None
 
     # ---- the workload
     def allocate(self, file: str, line: int, size: int, count: int = 1) -> None:
@@ -221,6 +223,23 @@ class ModelSource:
 
     def drain(self) -> None:
         self.drains += 1
+
+    def wake_after(self, delay: float, callback: Callable[[], object]) -> bool:
+        # Nothing allocates through a model: the test wakes it (wake()).
+        self.wakeup = (delay, callback)
+        return True
+
+    def cancel_wake(self) -> None:
+        self.wakeup = None
+
+    def call_soon(self, callback: Callable[[], object], frame: FrameType | None) -> bool:
+        return False  # the agent calls it at once
+
+    def wake(self) -> None:
+        """What the allocator does once the wake-up's deadline has passed."""
+        wakeup, self.wakeup = self.wakeup, None
+        assert wakeup is not None, "no wake-up was arranged"
+        wakeup[1]()
 
 
 if TYPE_CHECKING:

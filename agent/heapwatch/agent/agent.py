@@ -25,11 +25,13 @@ and not a record of when each epoch began.
 Failure policy: a failing cycle is logged (once, until it recovers) and
 retried at the next interval; an exporter that fails to start is logged and
 left out; nothing is raised into the application.  ``stop`` is idempotent and
-bounded by a deadline, and runs at exit.  After ``fork()`` the agent restarts
-in the child with a fresh baseline, its own endpoint (the port rule in
-``heapwatch.server.http``) and no state from the parent but when the core's
-epoch began (the child's core carries on in it).  docs/design/agent.md
-has the whole picture.
+bounded by a deadline, and runs at exit.  Around ``fork()`` its threads end
+and start again in the parent, so that none is alive as the interpreter
+counts them; in the child the agent restarts once its first cycle is due
+(the core notices the deadline at an allocation), with a fresh baseline, its
+own endpoint (the port rule in ``heapwatch.server.http``) and no state from
+the parent but when the core's epoch began (the child's core carries on in
+it).  docs/design/agent.md has the whole picture.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -64,7 +67,7 @@ from heapwatch.runtime.container import (
     find_memory_cgroup,
     read_container_memory,
 )
-from heapwatch.runtime.forks import call_in_forked_child
+from heapwatch.runtime.forks import call_around_fork, call_in_forked_child, forking_frame
 from heapwatch.runtime.procmem import (
     NATIVE_HEAP_SOURCE,
     NATIVE_HEAP_UNAVAILABLE,
@@ -73,6 +76,9 @@ from heapwatch.runtime.procmem import (
 )
 from heapwatch.runtime.source import CoreSource, SnapshotSource
 from heapwatch.runtime.threads import (
+    Lifeline,
+    is_ours,
+    join_thread,
     outlive_nobody,
     own_work,
     owned,
@@ -83,7 +89,15 @@ from heapwatch.runtime.threads import (
 if TYPE_CHECKING:
     ServerFactory = Callable[[Routes, str, int, int], Server]
 
-__all__ = ["AT_EXIT_TIMEOUT", "HISTORY_CYCLES", "Agent", "get_agent", "start_agent", "stop_agent"]
+__all__ = [
+    "AT_EXIT_TIMEOUT",
+    "FORK_PAUSE_TIMEOUT",
+    "HISTORY_CYCLES",
+    "Agent",
+    "get_agent",
+    "start_agent",
+    "stop_agent",
+]
 
 log = logging.getLogger("heapwatch.agent")
 
@@ -92,6 +106,17 @@ AT_EXIT_TIMEOUT = 2.0
 # The cycles history() keeps: an hour at the default interval, a few numbers
 # each (about 60 KiB at most), for the page's timeline.
 HISTORY_CYCLES = 360
+
+# How long a fork() waits, at most, for heapwatch's threads to end before it
+# goes ahead with them (a cycle, a dump or an export in progress): they end
+# in well under a millisecond otherwise (docs/design/agent.md, "Fork").
+FORK_PAUSE_TIMEOUT = 0.5
+
+# Where os.fork() counts the threads to warn of them: 3.12 before the
+# after_in_parent hooks; 3.13+ after them (once it has started the world
+# again), so there the threads start again a moment later, from the main
+# thread right after os.fork() returns.
+_COUNTS_AFTER_PARENT_HOOKS = sys.version_info >= (3, 13)
 
 
 def _shutdown_failed(exporter: Component, exc: Exception) -> None:
@@ -209,6 +234,15 @@ class Agent:
         self._stop_event = threading.Event()
         self._state = _IDLE
         self._thread: threading.Thread | None = None
+        # Held from the before-fork hook that paused the threads to the
+        # after-fork hook that resumes them, and by _stop while it ends them:
+        # a fork and a stop never handle the same threads at once.
+        self._fork_lock = threading.Lock()
+        self._paused: list[Callable[[], None]] | None = None  # what resumes them
+        self._resuming: list[Callable[[], None]] | None = None  # the same, asked of the main thread
+        self._pausing = False  # the agent's thread ends for a fork: no last cycle
+        self._next_cycle = 0.0  # monotonic; when the agent's thread cycles next
+        self._lifeline: Lifeline | None = None
         self._server: Server | None = None
         self._cycle_state = self._cycle_state.in_forked_child()  # a baseline of its own
         self._leaks: LeakTracker[tuple[str, int]] = LeakTracker(self.config.leak_window)
@@ -424,13 +458,20 @@ class Agent:
             self._failing = False
             log.info("heapwatch cycle succeeded again")
 
-    def _run(self, stop_event: threading.Event) -> None:
+    def _run(self, stop_event: threading.Event, first: bool) -> None:
         # The first cycle runs at once: it sets the baseline and gives the
-        # exporters something to read.
-        self._cycle_safely()
-        while not stop_event.wait(self.config.interval):
+        # exporters something to read.  A thread started again after a fork
+        # keeps the schedule of the one that ended for it.
+        # An interval from the end of one cycle to the next, as a plain
+        # wait(interval) would: an epoch begins only when a whole interval
+        # has passed since the last one began.
+        if first:
             self._cycle_safely()
-        if self._last_cycle:
+            self._next_cycle = time.monotonic() + self.config.interval
+        while not stop_event.wait(max(0.0, self._next_cycle - time.monotonic())):
+            self._cycle_safely()
+            self._next_cycle = time.monotonic() + self.config.interval
+        if self._last_cycle and not self._pausing:
             self._cycle_safely()  # one last cycle for the exporters' final export
 
     # ---- components ----------------------------------------------------------
@@ -440,9 +481,12 @@ class Agent:
             if not self._start_exporter(exporter):
                 self._exporters.remove(exporter)
         self._ensure_server()
+        self._start_thread(first=True)
+
+    def _start_thread(self, first: bool) -> None:
         stop_event = threading.Event()
         self._stop_event = stop_event
-        self._thread = start_thread(self._run, "heapwatch-agent", (stop_event,))
+        self._thread = start_thread(self._run, "heapwatch-agent", (stop_event, first))
 
     def _start_exporter(self, exporter: Component) -> bool:
         try:
@@ -517,6 +561,22 @@ class Agent:
             return True
         if state == _STOPPING:  # another thread is stopping it
             return self._stopped.wait(max(0.0, deadline - time.monotonic()))
+        # A fork under way resumes nothing once this holds the lock (its
+        # after-fork hook sees the state); a fork that begins meanwhile
+        # waits for the threads' end, within its own bound.
+        fork_lock = self._fork_lock
+        locked = fork_lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            return self._stop_running(deadline, timeout, at_exit)
+        finally:
+            if locked:
+                fork_lock.release()
+
+    def _stop_running(self, deadline: float, timeout: float, at_exit: bool) -> bool:
+        if self._restart_pending:  # a forked child that did not restart yet
+            self._restart_pending = False
+            self._source.cancel_wake()
+        self._resuming = None  # its threads ended for a fork: they stay so
         in_time = True
         if at_exit and not any(getattr(e, "pushes", False) for e in self._exporters):
             # Nobody reads a cycle run as the process exits but an exporter
@@ -573,6 +633,9 @@ class Agent:
         if not self._fork_hook_registered:
             self._fork_hook_registered = True
             call_in_forked_child(self._after_fork_in_child)
+            # Its before hook runs after those registered later (the dump
+            # service's, which only looks at a signal handler).
+            call_around_fork(self._pause_for_fork, self._resume_after_fork)
 
     def _register_restart_hook(self) -> None:
         # The restart runs in a hook of its own, registered after the
@@ -611,18 +674,143 @@ class Agent:
 
     @owned
     def _restart_in_child(self) -> None:
+        # Not now: the child's first cycle is due an interval from now, and a
+        # child that execs or exits before then never needs a thread (nor
+        # sees one: threading.active_count(), sys._current_frames() and the
+        # kernel count only its own).  The core's hooks notice the deadline
+        # at an allocation and ask the main thread for the restart.
         if not self._restart_pending or self._state != _RUNNING:
             return
-        self._restart_pending = False
         try:
+            if self._source.wake_after(self.config.interval, self._wake_in_child):
+                return
+        except Exception:
+            log.debug("heapwatch cannot wait for the child's first cycle", exc_info=True)
+        self._wake_in_child()  # nothing would notice the deadline: at once
+
+    def wake_in_child(self) -> None:
+        """In a forked child whose agent has not restarted yet: restarts it
+        now rather than at its first cycle's deadline.  For the dump
+        signal's handler, which runs in the main thread between two
+        bytecodes: it gives up rather than wait for a lock that thread may
+        hold."""
+        if self._restart_pending:
+            self._wake_in_child(blocking=False)
+
+    @owned
+    def _wake_in_child(self, blocking: bool = True) -> None:
+        # In the main thread, between two bytecodes (a pending call, a
+        # signal's handler), or in the last after-fork hook: never raises.
+        if not self._lock.acquire(blocking):
+            return
+        try:
+            if not self._restart_pending or self._state != _RUNNING:
+                return
+            self._restart_pending = False
+        finally:
+            self._lock.release()
+        try:
+            self._source.cancel_wake()
             self._start_memory = self._memory()  # (as in start(): nothing else runs yet)
             self._start_components()
             if not _main_thread_ends_process:
                 # The child ends when its last thread does (no exit() at the
                 # end of a main()): ours must not be the last.
-                outlive_nobody(lambda: self._stop(AT_EXIT_TIMEOUT, at_exit=True))
+                self._lifeline = outlive_nobody(lambda: self._stop(AT_EXIT_TIMEOUT, at_exit=True))
         except Exception:
             log.exception("heapwatch agent could not restart after fork in pid %d", os.getpid())
+
+    # ---- around a fork, in the parent ---------------------------------------------
+
+    @owned
+    def _pause_for_fork(self) -> None:
+        """Ends every thread of the agent's before the fork: the interpreter
+        counts the process's threads once fork() returns, before the hooks
+        that start them again (3.12+ warns then that the process is
+        multi-threaded).  Each is woken, not waited out; the wait as a
+        whole is bounded by FORK_PAUSE_TIMEOUT."""
+        if self._state != _RUNNING or self._restart_pending or is_ours(threading.current_thread()):
+            # Not running, or nothing of it runs yet (a forked child before
+            # its first cycle), or forked from a thread of ours, which
+            # cannot end here.
+            return
+        deadline = time.monotonic() + FORK_PAUSE_TIMEOUT
+        if not self._fork_lock.acquire(timeout=FORK_PAUSE_TIMEOUT):
+            return  # the agent is stopping: its threads end on their own
+        if self._state != _RUNNING:
+            self._fork_lock.release()
+            return
+        self._resuming = None  # what this pause resumes includes it
+        resume: list[Callable[[], None]] = []
+        ended = True
+        server = self._server
+        if server is not None:  # first: no request starts a thread meanwhile
+            ended = server.pause(deadline) and ended
+            resume.append(server.resume)
+        thread = self._thread
+        if thread is not None:
+            self._pausing = True
+            self._stop_event.set()
+            ended = join_thread(thread, deadline) and ended
+            resume.append(self._resume_thread)
+        for component in self._exporters:
+            pause = getattr(component, "pause_for_fork", None)
+            if pause is not None:
+                ended = pause(deadline) and ended
+                resume.append(component.resume_after_fork)  # type: ignore[attr-defined]
+        lifeline = self._lifeline
+        if lifeline is not None:
+            ended = lifeline.pause(deadline) and ended
+            resume.append(lifeline.resume)
+        if not ended:
+            log.debug("heapwatch threads still ran as the process forked")
+        self._paused = resume
+
+    def _resume_thread(self) -> None:
+        self._pausing = False
+        self._start_thread(first=False)
+
+    @owned
+    def _resume_after_fork(self) -> None:
+        resume, self._paused = self._paused, None
+        if resume is None:
+            return
+        try:
+            # A fork from another thread is warned of anyway: the process
+            # has two threads, the main one and the forking one.
+            if _COUNTS_AFTER_PARENT_HOOKS and threading.current_thread() is threading.main_thread():
+                self._resuming = resume
+                try:
+                    # Pending calls run at the first safe point, which may be
+                    # in another at-fork hook, before os.fork() counts the
+                    # threads: this one waits for its caller's frame.
+                    if self._source.call_soon(self._resume_soon, forking_frame()):
+                        return
+                except Exception:
+                    log.debug("heapwatch cannot resume after os.fork() returns", exc_info=True)
+                self._resuming = None
+            self._resume(resume)
+        finally:
+            self._fork_lock.release()
+
+    @owned
+    def _resume_soon(self) -> None:
+        # The main thread, right after os.fork() returned.
+        if not self._fork_lock.acquire(timeout=FORK_PAUSE_TIMEOUT):
+            return  # a stop, or another fork, which resumes (or ends) them all
+        try:
+            resume, self._resuming = self._resuming, None
+            if resume is not None and self._state == _RUNNING:
+                self._resume(resume)
+        finally:
+            self._fork_lock.release()
+
+    def _resume(self, resume: list[Callable[[], None]]) -> None:
+        try:
+            for start in reversed(resume):
+                start()
+        except Exception:
+            log.exception("heapwatch agent could not resume after fork")
 
 
 # ---- the process's agent ---------------------------------------------------------

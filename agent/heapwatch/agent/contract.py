@@ -210,6 +210,13 @@ class Server(Protocol):
         """Binds the first free port of the range and serves; False if none is free."""
 
     def stop(self, timeout: float = 5.0) -> bool: ...
+    def pause(self, deadline: float) -> bool:
+        """Ends its threads for a fork, by the monotonic ``deadline``,
+        keeping the socket open; whether they ended."""
+
+    def resume(self) -> None:
+        """Serves again after ``pause`` (in the parent, after the fork)."""
+
     def close_in_child(self) -> None:
         """In a forked child: closes the parent's socket, without shutting it down."""
 
@@ -236,6 +243,10 @@ class AgentView(Protocol):
     def history(self) -> Sequence[CyclePoint]:
         """The recent successful cycles' totals, oldest first (bounded)."""
 
+    def wake_in_child(self) -> None:
+        """In a forked child whose agent has not restarted yet (its first
+        cycle is not due): restarts it now (the dump signal's handler)."""
+
     def last_snapshot(self) -> tuple[Any, float] | None: ...
     def leak_scores(self) -> Mapping[tuple[str, int], LeakScore]:
         """The last cycle's leak score of each site it watched."""
@@ -251,6 +262,12 @@ class Component(Protocol):
     component that pushes the readings as it shuts down has a true
     ``pushes`` attribute: at the process's exit the agent runs its last
     cycle only for such a component.
+
+    A component that runs threads of its own also has ``pause_for_fork(deadline)``,
+    which ends them by the monotonic ``deadline`` and says whether they ended,
+    and ``resume_after_fork()``, which starts them again in the parent: the
+    agent calls them around every ``fork()`` (docs/design/agent.md, "Fork"),
+    if the component has them.
     """
 
     name: str

@@ -9,7 +9,8 @@ instead (``SnapshotSource``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -63,6 +64,17 @@ class SnapshotSource(Protocol):
     def tracer_memory(self) -> int: ...
     def dropped(self) -> int: ...
     def drain(self) -> None: ...
+    def wake_after(self, delay: float, callback: Callable[[], object]) -> bool:
+        """Arranges ``callback()`` from the main thread at a safe point once
+        the process allocates ``delay`` seconds or more from now, replacing
+        the last; False when it cannot (nothing allocates through it)."""
+
+    def cancel_wake(self) -> None:
+        """Forgets what ``wake_after`` arranged."""
+
+    def call_soon(self, callback: Callable[[], object], frame: FrameType | None) -> bool:
+        """Arranges ``callback()`` from the main thread at its next safe
+        point (of ``frame``, when given); False when it cannot."""
 
 
 class CoreSource:
@@ -112,6 +124,21 @@ class CoreSource:
 
     def drain(self) -> None:
         self._core.drain()
+
+    def wake_after(self, delay: float, callback: Callable[[], object]) -> bool:
+        # The hooks notice the deadline: without them in the allocator chain
+        # nothing would.
+        if not self._core.hooks_installed():
+            return False
+        self._core.wake_after(delay, callback)
+        return True
+
+    def cancel_wake(self) -> None:
+        self._core.wake_cancel()
+
+    def call_soon(self, callback: Callable[[], object], frame: FrameType | None) -> bool:
+        self._core.call_soon(callback, frame)
+        return True
 
     def snapshot(self, traces: bool) -> _core.Snapshot:
         """A snapshot of the tracer now (with every trace if ``traces``) that

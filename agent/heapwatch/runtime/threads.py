@@ -38,7 +38,9 @@ from heapwatch.runtime.problems import ProblemLog
 __all__ = [
     "ASYNCHRONOUS_SIGNALS",
     "SYNCHRONOUS_SIGNALS",
+    "Lifeline",
     "is_ours",
+    "join_thread",
     "outlive_nobody",
     "own_work",
     "owned",
@@ -189,23 +191,73 @@ def _running(thread: threading.Thread) -> bool:
     return state not in (b"Z", b"X")
 
 
-def _watch(then: Callable[[], object]) -> None:
-    me = threading.current_thread()
-    while True:
-        others = [thread for thread in _others(me) if _running(thread)]
-        if not others:
-            break
-        # Polled, not joined: on 3.14 joining the child's main thread (the
-        # forking one) waits past its timeout, for interpreter shutdown.
-        time.sleep(_POLL_SECONDS)
-    then()
+def join_thread(thread: threading.Thread, deadline: float) -> bool:
+    """Joins ``thread`` until the monotonic ``deadline``, and then waits
+    for its OS thread to be gone too; whether it is.  On 3.12 ``join()``
+    returns once the thread's state is cleared, a little before the OS
+    thread exits, and ``os.fork()`` counts the OS threads
+    (/proc/self/stat) to warn that the process is multi-threaded; 3.13+
+    joins the OS thread itself."""
+    thread.join(max(0.0, deadline - time.monotonic()))
+    if thread.is_alive():
+        return False
+    native_id = thread.native_id
+    if native_id is None:
+        return True
+    task = f"/proc/self/task/{native_id}"
+    while os.path.exists(task):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_EXIT_POLL_SECONDS)
+    return True
 
 
-def outlive_nobody(then: Callable[[], object]) -> threading.Thread:
+# How long join_thread sleeps between two looks at a joined thread's OS
+# thread: it is gone within microseconds.
+_EXIT_POLL_SECONDS = 0.00005
+
+
+class Lifeline:
     """Calls ``then`` (which must end heapwatch's threads) from a thread of
-    its own once every thread of the application's has ended.
+    its own, ``heapwatch-lifeline``, once every thread of the application's
+    has ended.
 
     For a process that ends when its last thread ends rather than when its
     main thread returns from ``main()``: a child forked from a thread other
-    than the main one (a plain thread exit ends it, not ``exit()``)."""
-    return start_thread(_watch, "heapwatch-lifeline", (then,))
+    than the main one (a plain thread exit ends it, not ``exit()``).
+    ``pause`` and ``resume`` step it out of the way of a fork."""
+
+    def __init__(self, then: Callable[[], object]) -> None:
+        self._then = then
+        self._paused = threading.Event()
+        self._thread = start_thread(self._watch, "heapwatch-lifeline", (self._paused,))
+
+    def _watch(self, paused: threading.Event) -> None:
+        me = threading.current_thread()
+        while True:
+            others = [thread for thread in _others(me) if _running(thread)]
+            if not others:
+                break
+            # Polled, not joined: on 3.14 joining the child's main thread (the
+            # forking one) waits past its timeout, for interpreter shutdown.
+            if paused.wait(_POLL_SECONDS):
+                return
+        self._then()
+
+    def pause(self, deadline: float) -> bool:
+        """Ends the thread (by the monotonic ``deadline``); whether it ended."""
+        self._paused.set()
+        return self._thread is threading.current_thread() or join_thread(self._thread, deadline)
+
+    def resume(self) -> None:
+        """Watches again from a new thread, if ``pause`` ended the last one."""
+        if not self._paused.is_set():
+            return
+        # A thread that outlived pause() sees its own event set and returns.
+        self._paused = threading.Event()
+        self._thread = start_thread(self._watch, "heapwatch-lifeline", (self._paused,))
+
+
+def outlive_nobody(then: Callable[[], object]) -> Lifeline:
+    """A ``Lifeline`` calling ``then`` once the application's threads ended."""
+    return Lifeline(then)

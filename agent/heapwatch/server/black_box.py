@@ -57,7 +57,7 @@ from heapwatch.runtime.container import (
 )
 from heapwatch.runtime.problems import ProblemLog
 from heapwatch.runtime.procmem import compute_untraced, process_start, read_process_memory
-from heapwatch.runtime.threads import start_thread
+from heapwatch.runtime.threads import join_thread, start_thread
 from heapwatch.server.dumps import (
     BLACK_BOX_KIND,
     MARKERS,
@@ -311,6 +311,7 @@ class BlackBoxWatcher:
         self._next_limit_read = timer() + LIMIT_REFRESH_SECONDS
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._paused = False  # by pause(), for a fork
         self.written: list[str] = []
         """The black boxes this process wrote, oldest first."""
 
@@ -328,8 +329,27 @@ class BlackBoxWatcher:
         if thread is not None and thread is not threading.current_thread():
             thread.join(max(0.0, timeout))
 
+    def pause(self, deadline: float) -> bool:
+        """Ends the thread for a fork, by the monotonic ``deadline``; whether it ended."""
+        thread = self._thread
+        if thread is None:
+            return True
+        if thread is threading.current_thread():
+            return False
+        self._stop.set()
+        self._thread = None
+        self._paused = True
+        return join_thread(thread, deadline)
+
+    def resume(self) -> None:
+        """Watches again after ``pause``."""
+        if self._paused:
+            self._paused = False
+            self.start()
+
     def after_fork_in_child(self) -> None:
         """The parent's thread does not exist here, nor its black boxes."""
+        self._paused = False
         self._thread = None
         self._stop = threading.Event()
         self.written = []

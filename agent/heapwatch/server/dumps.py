@@ -37,7 +37,7 @@ from heapwatch.runtime.forks import call_before_fork
 from heapwatch.runtime.problems import ProblemLog
 from heapwatch.runtime.procmem import ProcessMemory, compute_untraced, read_process_memory
 from heapwatch.runtime.source import CoreSource
-from heapwatch.runtime.threads import start_thread
+from heapwatch.runtime.threads import join_thread, start_thread
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -442,6 +442,11 @@ def prune_dumps(directory: str, keep: int, max_bytes: int, protect: str | None =
     return removed
 
 
+# What the worker's pipe carries: "d" asks for a dump, "q" ends the worker
+# for good, _PAUSE for a fork (resume_after_fork starts it again).
+_PAUSE = b"p"
+
+
 class DumpService:
     """The agent's on-demand dumps: into ``dump_dir``, on the dump signal.
 
@@ -544,6 +549,26 @@ class DumpService:
             for fd in wake if disarmed else wake[:1]:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+    def pause_for_fork(self, deadline: float) -> bool:
+        """Ends the worker for a fork, by the monotonic ``deadline`` (a dump
+        being written is waited for until then); the pipe stays, and a dump
+        asked for meanwhile is written after ``resume_after_fork``."""
+        wake, worker = self._wake, self._worker
+        if wake is None or worker is None:
+            return True
+        if worker is threading.current_thread():
+            return False
+        self._worker = None
+        with contextlib.suppress(OSError):
+            os.write(wake[1], _PAUSE)
+        return join_thread(worker, deadline)
+
+    def resume_after_fork(self) -> None:
+        """Starts the worker again after ``pause_for_fork``."""
+        wake = self._wake
+        if wake is not None and self._worker is None:
+            self._worker = start_thread(self._work, "heapwatch-dump", (wake[0],))
 
     def after_fork_in_child(self) -> None:
         """Drops the parent's pipe, worker and lock (the handler stays
@@ -652,9 +677,14 @@ class DumpService:
         # thread holds any lock (heapwatch's included): to ask for a dump it
         # takes none and only writes one byte to a non-blocking pipe.  The
         # pid check ignores a signal caught in a forked child before it
-        # armed its own pipe.
+        # armed its own pipe: in a child whose agent has not restarted yet
+        # (its first cycle is not due), the signal restarts it first.
         if self._armed_pid != os.getpid():
-            return
+            agent = self.agent
+            if agent is not None:
+                agent.wake_in_child()
+            if self._armed_pid != os.getpid():
+                return
         if self.config.dump_dir is None:
             # No dump to ask for, so no pipe nor thread (nor descriptors) in
             # every process: the line is logged from here, through logging's
@@ -687,6 +717,12 @@ class DumpService:
             except OSError:
                 return
             if not data or b"q" in data:
+                return
+            if _PAUSE in data:
+                wake = self._wake
+                if b"d" in data and wake is not None:  # asked for with the pause: after it
+                    with contextlib.suppress(OSError):
+                        os.write(wake[1], b"d")
                 return
             directory = self.config.dump_dir
             # Signals that arrived during the last dump give one more dump.

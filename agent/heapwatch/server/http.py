@@ -30,7 +30,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from heapwatch import _core
 from heapwatch.runtime.problems import ProblemLog
-from heapwatch.runtime.threads import start_thread
+from heapwatch.runtime.threads import join_thread, start_thread
 from heapwatch.server.router import Router
 
 if TYPE_CHECKING:
@@ -69,7 +69,8 @@ class _HTTPServer(WSGIServer):
     that can abort the requests in flight when it stops."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._requests: set[socket.socket] = set()
+        # The requests in flight and the thread serving each.
+        self._requests: dict[socket.socket, threading.Thread | None] = {}
         self._requests_lock = threading.Lock()  # guards _requests
         super().__init__(*args, **kwargs)
 
@@ -92,8 +93,20 @@ class _HTTPServer(WSGIServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._requests_lock:
-            self._requests.add(request)
-        start_thread(self._serve_request, "heapwatch-http-request", (request, client_address))
+            self._requests[request] = None
+            # Under the lock: the thread may end (and discard) before it is noted.
+            thread = start_thread(
+                self._serve_request, "heapwatch-http-request", (request, client_address)
+            )
+            if request in self._requests:
+                self._requests[request] = thread
+
+    def join_requests(self, deadline: float) -> bool:
+        """Waits for the requests in flight to end, until the monotonic
+        ``deadline``; whether they did."""
+        with self._requests_lock:
+            threads = [thread for thread in self._requests.values() if thread is not None]
+        return all([join_thread(thread, deadline) for thread in threads])
 
     def _serve_request(self, request: Any, client_address: Any) -> None:
         try:
@@ -135,7 +148,7 @@ class _HTTPServer(WSGIServer):
 
     def shutdown_request(self, request: Any) -> None:
         with self._requests_lock:
-            self._requests.discard(request)
+            self._requests.pop(request, None)
         super().shutdown_request(request)
 
     def abort_requests(self) -> None:
@@ -150,7 +163,7 @@ class _HTTPServer(WSGIServer):
         """In a forked child: closes the parent's connections, never shuts them."""
         # A thread of the parent may have held the lock: the child's is new.
         self._requests_lock = threading.Lock()
-        requests, self._requests = list(self._requests), set()
+        requests, self._requests = list(self._requests), {}
         for request in requests:
             with contextlib.suppress(OSError):
                 request.close()
@@ -308,6 +321,36 @@ class Server:
             with contextlib.suppress(OSError):
                 os.close(wake[1])
         return ended
+
+    def pause(self, deadline: float) -> bool:
+        """Stops serving for a fork, by the monotonic ``deadline``, and
+        waits for the requests in flight; the socket keeps listening, and
+        connections made meanwhile wait in its backlog for ``resume``.
+        Whether every thread of the server ended in time."""
+        thread, wake = self._thread, self._wake
+        httpd = self._httpd
+        if httpd is None or thread is None or wake is None:
+            return True
+        if thread is threading.current_thread():  # a fork from a request's thread
+            return False
+        self._thread = self._wake = None
+        with contextlib.suppress(OSError):
+            os.write(wake[1], b"x")
+        ended = join_thread(thread, deadline)
+        with contextlib.suppress(OSError):
+            os.close(wake[1])  # (the read end is the serving thread's)
+        if not ended:
+            # Left running: it stops at its next wake-up, or with the process.
+            return False
+        return httpd.join_requests(deadline)
+
+    def resume(self) -> None:
+        """Serves again after ``pause``."""
+        httpd = self._httpd
+        if httpd is None or self._thread is not None:
+            return
+        self._wake = os.pipe()
+        self._thread = start_thread(self._serve, "heapwatch-http", (httpd, self._wake[0]))
 
     def close_in_child(self) -> None:
         """In a forked child: closes the inherited descriptors; the parent's

@@ -96,6 +96,16 @@ class ServedDumpService(DumpService):
             black_box.mark_exited()
         super().shutdown(timeout)
 
+    def pause_for_fork(self, deadline: float) -> bool:
+        black_box = self.black_box
+        ended = black_box.pause(deadline) if black_box is not None else True
+        return super().pause_for_fork(deadline) and ended
+
+    def resume_after_fork(self) -> None:
+        super().resume_after_fork()
+        if self.black_box is not None:
+            self.black_box.resume()
+
     def after_fork_in_child(self) -> None:
         if self.black_box is not None:
             self.black_box.after_fork_in_child()

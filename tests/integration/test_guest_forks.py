@@ -1,0 +1,171 @@
+"""A service that forks sees no thread of heapwatch's across the fork.
+
+In the parent, the agent's threads end before ``fork()`` and start again
+after it (3.12+ warns, or raises under ``-W error``, when a process with
+other threads forks); in the child, nothing of ours runs until its first
+cycle is due (docs/design/agent.md, "Fork").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.agent_process import free_ports, installed_python, run_script
+
+MODES = ["exact", "sample"]
+
+# A single-threaded service that forks, reports what the child sees at once
+# and after its first cycle is due (it keeps running Python meanwhile), then
+# what the parent serves.
+CHILD_THREADS = """\
+import json, os, sys, threading, time, urllib.request
+
+def seen():
+    return {
+        "active": threading.active_count(),
+        "frames": len(sys._current_frames()),
+        "names": sorted(t.name for t in threading.enumerate()),
+    }
+
+time.sleep(0.3)  # the parent's agent has cycled and serves
+before = seen()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    report = {"at_fork": seen()}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "heapwatch-agent" not in seen()["names"]:
+        time.sleep(0.01)  # and allocates, as a live process does
+    report["later"] = seen()
+    from heapwatch import get_agent
+    agent = get_agent()
+    report["url"] = agent.metrics_url if agent else None
+    if report["url"]:
+        report["served"] = b"heapwatch_cycles_total" in urllib.request.urlopen(
+            report["url"], timeout=5).read()
+    os.write(write, json.dumps(report).encode())
+    os._exit(0)
+os.close(write)
+with os.fdopen(read) as pipe:
+    report = json.loads(pipe.read())
+os.waitpid(pid, 0)
+report["parent_before"] = before
+report["parent_after"] = seen()
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_forked_child_has_no_thread_of_ours_until_its_first_cycle(
+    tmp_path: Path, mode: str
+) -> None:
+    installed_python()
+    # Given a single-threaded service, the agent on by environment, that forks
+    done = run_script(
+        CHILD_THREADS,
+        cwd=tmp_path,
+        HEAPWATCH_ENABLED="1",
+        HEAPWATCH_MODE=mode,
+        HEAPWATCH_INTERVAL="0.2",
+        HEAPWATCH_PORT=str(free_ports(2)),
+        HEAPWATCH_PORT_RANGE="2",
+    )
+    report = json.loads(done.stdout)
+    # Then right after fork() the child sees its one thread, as without heapwatch
+    assert report["at_fork"] == {"active": 1, "frames": 1, "names": ["MainThread"]}
+    # and once its first cycle is due the agent runs there, serving on its own port
+    assert "heapwatch-agent" in report["later"]["names"]
+    assert report["served"] is True
+    # while the parent kept its agent's threads across the fork
+    assert report["parent_after"]["names"] == report["parent_before"]["names"]
+    assert "heapwatch-agent" in report["parent_after"]["names"]
+    assert done.stderr == ""
+
+
+# A pre-fork server: forks workers in quick succession from __main__, where
+# Python's default filters show a DeprecationWarning on stderr; each worker
+# exits at once; then the parent serves.
+PRE_FORK = """\
+import os, sys, time, urllib.request
+from heapwatch import get_agent
+
+time.sleep(0.3)
+for _ in range(int(sys.argv[1])):
+    pid = os.fork()  # 3.12+ warns here if a thread of ours ran
+    if pid == 0:
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+print(b"heapwatch_cycles_total" in urllib.request.urlopen(get_agent().metrics_url).read())
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.12+ warns of fork() with threads")
+@pytest.mark.parametrize("warnings", ["default", "error::DeprecationWarning"])
+@pytest.mark.parametrize("mode", MODES)
+def test_forking_warns_of_no_thread_in_a_single_threaded_service(
+    tmp_path: Path, mode: str, warnings: str
+) -> None:
+    installed_python()
+    # Given a single-threaded service, the agent on by environment (its HTTP
+    # server and agent threads run), with Python's default warning filters
+    # or -W error (CPython clears the exception the warning then becomes,
+    # 3.12 to 3.14: either way nothing may be shown nor raised)
+    done = run_script(
+        PRE_FORK,
+        "20",
+        cwd=tmp_path,
+        check=False,
+        python_args=("-W", warnings),
+        HEAPWATCH_ENABLED="1",
+        HEAPWATCH_MODE=mode,
+        HEAPWATCH_INTERVAL="0.05",
+        HEAPWATCH_PORT=str(free_ports()),
+        HEAPWATCH_PORT_RANGE="1",
+    )
+    # Then forking 20 workers in a row shows no warning (the workers, which
+    # exit at once, start no agent), and the parent still serves its metrics
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "True", "")
+
+
+MULTIPROCESSING_FORK = """\
+import multiprocessing, os, sys
+
+def square(n):
+    return n * n
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("fork")
+    process = context.Process(target=square, args=(3,))
+    process.start()
+    process.join()
+    print(process.exitcode)
+    with context.Pool(2) as pool:
+        print(sum(pool.map(square, range(100))))
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_multiprocessing_fork_start_method_works_and_warns_nothing(
+    tmp_path: Path, mode: str
+) -> None:
+    installed_python()
+    # Given multiprocessing's fork start method, in a service run with every
+    # DeprecationWarning shown and the agent on by environment
+    done = run_script(
+        MULTIPROCESSING_FORK,
+        cwd=tmp_path,
+        check=False,
+        python_args=("-W", "always::DeprecationWarning"),
+        HEAPWATCH_ENABLED="1",
+        HEAPWATCH_MODE=mode,
+        HEAPWATCH_INTERVAL="0.05",
+        HEAPWATCH_PORT=str(free_ports(8)),
+        HEAPWATCH_PORT_RANGE="8",
+    )
+    # Then the process and the pool's workers run as without heapwatch (the
+    # pool forks its workers before it starts threads of its own)
+    assert (done.returncode, done.stdout.split(), done.stderr) == (0, ["0", "328350"], "")
