@@ -21,7 +21,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from heapwatch.runtime.problems import ProblemLog
-from heapwatch.runtime.threads import start_thread
+from heapwatch.runtime.threads import join_thread, start_thread
 
 if TYPE_CHECKING:
     from heapwatch._core import Snapshot
@@ -65,6 +65,13 @@ class ProfilePusher:
         self._queue: collections.deque[Push] = collections.deque(maxlen=QUEUE_LENGTH)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._agent: AgentView | None = None
+        self._paused = False
+        # The sender's state, kept across a pause for a fork: the cycle last
+        # encoded and the back-off (only the sender thread changes them).
+        self._last: float | None = None
+        self._backoff = 0.0
+        self._retry_at = 0.0
         self.sent = 0
         self.dropped = 0
         """Bodies the full queue let go (a receiver down for long)."""
@@ -83,8 +90,9 @@ class ProfilePusher:
 
     def start(self, agent: AgentView) -> None:
         agent.retain_last_snapshot = True
+        self._agent = agent
         self._stop = threading.Event()
-        self._thread = start_thread(self._run, f"heapwatch-{self.name}", (agent,))
+        self._thread = start_thread(self._run, f"heapwatch-{self.name}", (agent, self._stop))
 
     def shutdown(self, timeout: float) -> None:
         self._stop.set()
@@ -92,40 +100,59 @@ class ProfilePusher:
         if thread is not None:
             thread.join(timeout)
 
+    def pause_for_fork(self, deadline: float) -> bool:
+        """Ends the sender for a fork by the monotonic ``deadline`` (a push
+        in flight is waited for until then): os.fork() warns of every thread
+        it counts (docs/design/agent.md, "Fork")."""
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return thread is None
+        self._paused = True
+        self._stop.set()
+        return join_thread(thread, deadline)
+
+    def resume_after_fork(self) -> None:
+        """Sends again, with the same queue and back-off, after a pause."""
+        if not self._paused or self._agent is None:
+            return
+        self._paused = False
+        # A thread that outlived the pause sees its own event set and returns.
+        self._stop = threading.Event()
+        self._thread = start_thread(self._run, f"heapwatch-{self.name}", (self._agent, self._stop))
+
     def after_fork_in_child(self) -> None:
         # The parent's thread is not the child's, nor its queue.
         self._thread = None
+        self._paused = False
         self._queue.clear()
         self._stop = threading.Event()
+        self._last = None
+        self._backoff = self._retry_at = 0.0
 
     # ---- the sender thread ---------------------------------------------------
 
-    def _run(self, agent: AgentView) -> None:
-        last: float | None = None
-        backoff = 0.0
-        retry_at = 0.0
-        stop = self._stop
+    def _run(self, agent: AgentView, stop: threading.Event) -> None:
         while not stop.wait(_POLL):
             taken = agent.last_snapshot()
-            if taken is not None and taken[1] != last:
+            if taken is not None and taken[1] != self._last:
                 snap, when = taken
-                start = when - agent.config.interval if last is None else last
-                last = when
+                start = when - agent.config.interval if self._last is None else self._last
+                self._last = when
                 push = self._encode_or_report(snap, start, when)
                 del snap, taken  # the next cycle may let its tracebacks go
                 if push is not None:
                     if len(self._queue) == self._queue.maxlen:
                         self.dropped += 1
                     self._queue.append(push)
-            while self._queue and time.monotonic() >= retry_at and not stop.is_set():
+            while self._queue and time.monotonic() >= self._retry_at and not stop.is_set():
                 if self._push(*self._queue[0]):
                     self._queue.popleft()
                     self.sent += 1
-                    backoff = 0.0
+                    self._backoff = 0.0
                 else:
                     self.failed += 1
-                    backoff = min(MAX_BACKOFF, max(FIRST_BACKOFF, backoff * 2))
-                    retry_at = time.monotonic() + backoff
+                    self._backoff = min(MAX_BACKOFF, max(FIRST_BACKOFF, self._backoff * 2))
+                    self._retry_at = time.monotonic() + self._backoff
                     break
 
     def _encode_or_report(self, snap: Snapshot, start: float, end: float) -> Push | None:

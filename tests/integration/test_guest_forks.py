@@ -8,8 +8,11 @@ cycle is due (docs/design/agent.md, "Fork").
 
 from __future__ import annotations
 
+import http.server
 import json
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -103,11 +106,41 @@ print(b"heapwatch_cycles_total" in urllib.request.urlopen(get_agent().metrics_ur
 """
 
 
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[str]:
+    """A loopback HTTP server that takes every POST (the push exporters')."""
+
+    class Accept(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Accept)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# Every exporter that runs a thread of its own, beside the agent's and the
+# HTTP server's.
+EVERY_THREAD = "prometheus,otlp,pyroscope,otlp-profiles"
+
+
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="3.12+ warns of fork() with threads")
+@pytest.mark.parametrize("exporters", ["prometheus", EVERY_THREAD])
 @pytest.mark.parametrize("warnings", ["default", "error::DeprecationWarning"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forking_warns_of_no_thread_in_a_single_threaded_service(
-    tmp_path: Path, mode: str, warnings: str
+    tmp_path: Path, mode: str, warnings: str, exporters: str, receiver: str
 ) -> None:
     installed_python()
     # Given a single-threaded service, the agent on by environment (its HTTP
@@ -125,6 +158,9 @@ def test_forking_warns_of_no_thread_in_a_single_threaded_service(
         HEAPWATCH_INTERVAL="0.05",
         HEAPWATCH_PORT=str(free_ports()),
         HEAPWATCH_PORT_RANGE="1",
+        HEAPWATCH_EXPORTERS=exporters,
+        HEAPWATCH_PYROSCOPE_URL=receiver,
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver,
     )
     # Then forking 20 workers in a row shows no warning (the workers, which
     # exit at once, start no agent), and the parent still serves its metrics
