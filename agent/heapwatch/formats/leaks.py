@@ -761,13 +761,17 @@ def leak_score(
     def kept(seconds: float) -> float | None:
         return _kept_var(ages, math.floor(seconds / cycle)) if cycle > 0.0 else None
 
-    for name, series in (
-        ("old", _Series(times, olds, [o.old_var for o in obs])),
-        ("live", _Series(times, [o.live for o in obs], [o.live_var for o in obs])),
+    # No memory is old until OLD_EPOCHS cycles after tracing began: the
+    # old bytes' first cycles are 0 whatever the site does, and a span
+    # beginning in them would take the first memory to age for growth.
+    old_from = -math.inf if since is None else since + OLD_EPOCHS * cycle
+    for name, series, earliest in (
+        ("old", _Series(times, olds, [o.old_var for o in obs]), old_from),
+        ("live", _Series(times, [o.live for o in obs], [o.live_var for o in obs]), -math.inf),
     ):
         for span, fill in spans:
             start = end - span
-            if start < times[0]:
+            if start < times[0] or start < earliest:
                 continue
             score = _score_span(series, start, kept, fill) * survival
             if score > best.score:
