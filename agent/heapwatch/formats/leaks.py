@@ -178,6 +178,7 @@ __all__ = [
     "LeakScore",
     "LeakTracker",
     "Observation",
+    "kept_what_it_held",
     "leak_score",
     "observe_ages",
     "observe_site",
@@ -296,6 +297,28 @@ def observe_ages(
         float(blocks),
         epoch,
     )
+
+
+def kept_what_it_held(
+    held: float, still: float, born: float, per_byte: float, block: float = 0.0
+) -> bool:
+    """Whether a site kept the memory it held at an earlier time, as a leak
+    does (its old bytes then, ``held``; ``still`` of them alive now):
+    its deaths since, against them and the bytes ``born`` since that
+    survive, are no more of its turnover than a leak's (``DEATHS_LOW``,
+    as the score's survival has it), and ``born`` is enough that a site
+    turning its memory over would have shown deaths (as significant as a
+    span's growth must be: ``Z_HALF`` deviations of its estimate, of
+    variance ``born * per_byte``, above the floor).  Deaths of fewer bytes
+    than ``MOVED_BLOCKS`` of its ``block`` (mean size) are a block moved.
+    ``heapwatch leaks`` reads a site's memory before its first dump only
+    when its dumps say so."""
+    died = max(held - still, 0.0)
+    if died <= max(SHAPE_FLOOR_BYTES, MOVED_BLOCKS * block):
+        died = 0.0
+    if born < Z_HALF * math.sqrt(born * per_byte + FLOOR_BYTES**2):
+        return False
+    return died <= DEATHS_LOW * (died + born)
 
 
 def _smoothstep(low: float, high: float, x: float) -> float:
