@@ -414,6 +414,8 @@ def main(argv: List[str] | None = None) -> int:
     real.add_argument("--interval", type=float, default=0.5, help="HEAPWATCH_INTERVAL")
     real.add_argument("--sample-interval", default="64KiB", help="HEAPWATCH_SAMPLE_INTERVAL")
     real.add_argument("--duration", type=float, default=60.0, help="real seconds a run, at most")
+    real.add_argument("--dumps", type=int, default=0, help="dumps a run takes of itself")
+    real.add_argument("--dump-every", type=float, default=5.0, help="seconds between dumps")
     args = parser.parse_args(argv)
     if args.real:
         # Only here: it needs the built core, the simulated bank does not.

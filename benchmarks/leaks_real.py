@@ -21,6 +21,15 @@ process's own churn is what remains.
 Each run is one process per (scenario, mode, seed), ``--jobs`` at a time;
 its line of JSON gives the highest score of each non-leak site and when each
 leak was first flagged (score >= 0.9), in real seconds after the leak began.
+
+With ``--dumps N`` each process also fetches N dumps of itself from
+``/debug/heapwatch/snapshot``, ``--dump-every`` seconds apart and the last
+at its end, and notes the agent's scores as it takes the last; ``heapwatch
+leaks`` then scores the N dumps, and the first and the last alone: the
+offline scorer against the agent, on the same memory.
+
+    python benchmarks/leaks.py --real --window 1m --interval 5 --duration 100 \
+        --dumps 7 --dump-every 5 --scenarios lru,leak_10k,cache
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
@@ -55,11 +66,26 @@ def _allocator(name: str) -> Alloc:
     return alloc
 
 
-def child(scenario: str, seed: int, duration: float, bank_hours: float) -> Dict[str, Any]:
+def _fetch_dump(agent: Any, path: str) -> None:
+    """A dump of this process from its own /debug/heapwatch/snapshot."""
+    host, port = agent.address
+    request = urllib.request.Request(
+        f"http://{host}:{port}/debug/heapwatch/snapshot",
+        headers={"Authorization": f"Bearer {os.environ['HEAPWATCH_TOKEN']}"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response, open(path, "wb") as out:
+        out.write(response.read())
+
+
+def child(
+    scenario: str, seed: int, duration: float, bank_hours: float, *, dumps: int, every: float
+) -> Dict[str, Any]:
     """Runs one scenario in this process (the agent already running): its
     sites' cohorts as real objects, on a clock compressed to the agent's
     window; returns the highest score of each non-leak and the leaks'
-    times to flag."""
+    times to flag (and with ``dumps``, the paths of the dumps it took,
+    ``every`` seconds apart to its end, and the agent's scores at the
+    last)."""
     # The bank beside this file, and heapwatch (the environment started
     # its agent): imported in the child only.
     import heapwatch
@@ -80,9 +106,22 @@ def child(scenario: str, seed: int, duration: float, bank_hours: float) -> Dict[
     cycles = agent.readings().cycles
     step = 0
     end = min(duration, bank_hours * 3600.0 * scale)
+    dump_at = [end - k * every for k in range(dumps - 1, -1, -1)] if dumps else []
+    taken: List[str] = []
+    at_last: Dict[str, float] = {}
+    directory = tempfile.mkdtemp(prefix="heapwatch-leaks-real-") if dumps else ""
     while True:
         now = time.monotonic() - began
-        if now >= end:
+        if dump_at and now >= dump_at[0]:
+            dump_at.pop(0)
+            taken.append(os.path.join(directory, f"{len(taken)}.hwdump"))
+            _fetch_dump(agent, taken[-1])
+            if not dump_at:
+                scores = agent.leak_scores()
+                at_last = {
+                    by_file[f].name: s.score for (f, _l), s in scores.items() if f in by_file
+                }
+        if now >= end and not dump_at:
             break
         while (step + 1) * bank.CYCLE * scale <= now:
             step += 1
@@ -114,6 +153,27 @@ def child(scenario: str, seed: int, duration: float, bank_hours: float) -> Dict[
         "scale": scale,
         "highest": {s.name: highest.get(s.name, (0.0, 0.0)) for s in sites if s.leak_start is None},
         "flagged": {s.name: flagged.get(s.name) for s in sites if s.leak_start is not None},
+        "dumps": taken,
+        "agent_at_last_dump": at_last,
+    }
+
+
+def _offline(paths: List[str]) -> Dict[str, float]:
+    """heapwatch leaks on ``paths``: each bank site's score (0 if not a
+    suspect), or the command's error."""
+    done = subprocess.run(
+        [sys.executable, "-m", "heapwatch", "leaks", "--json", "--limit", "1000", *paths],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()}  # type: ignore[dict-item]
+    report = json.loads(done.stdout)
+    return {
+        s["filename"][len("<site ") : -1]: s["score"]
+        for s in report["suspects"]
+        if s["filename"].startswith("<site ")
     }
 
 
@@ -126,9 +186,11 @@ def _run_one(args: Any, scenario: str, mode: str, seed: int, hours: float) -> Di
         HEAPWATCH_INTERVAL=str(args.interval),
         HEAPWATCH_LEAK_WINDOW=args.window,
         HEAPWATCH_EXPORTERS="",
+        HEAPWATCH_PORT="0",
+        HEAPWATCH_TOKEN="leaks-real-" + os.urandom(8).hex(),
     )
     command = [sys.executable, str(Path(__file__).resolve()), "--child", scenario, str(seed)]
-    command += [str(args.duration), str(hours)]
+    command += [str(args.duration), str(hours), str(args.dumps), str(args.dump_every)]
     done = subprocess.run(
         command, check=False, env=env, capture_output=True, text=True, cwd=str(HERE)
     )
@@ -136,6 +198,13 @@ def _run_one(args: Any, scenario: str, mode: str, seed: int, hours: float) -> Di
         raise RuntimeError(f"{scenario} {mode} {seed}: exit {done.returncode}: {done.stderr}")
     result: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["mode"] = mode
+    if result["dumps"]:
+        paths = result["dumps"]
+        result["offline_all"] = _offline(paths)
+        result["offline_two"] = _offline([paths[0], paths[-1]])
+        for path in paths:
+            os.unlink(path)
+        os.rmdir(os.path.dirname(paths[0]))
     return result
 
 
@@ -184,10 +253,45 @@ def main(args: Any, hours: Dict[str, float]) -> int:
                 bank_min = [t / scale / 60 for t in times if t is not None]
                 bracket = f" ({min(bank_min):.1f} to {max(bank_min):.1f} min)" if bank_min else ""
                 print(f"| {scenario} | {name} | {mode} | | | {_seconds(times)}{bracket} |")
+    if args.dumps:
+        _print_offline(args, scenarios, modes, results)
     return 0
+
+
+def _print_offline(
+    args: Any, scenarios: List[str], modes: List[str], results: List[Dict[str, Any]]
+) -> None:
+    print()
+    print(
+        f"the agent against heapwatch leaks on {args.dumps} dumps {args.dump_every:g} s apart "
+        f"(the last at the run's end), and on the first and last alone; a score under 0.5 "
+        "is no suspect (shown 0)"
+    )
+    print()
+    print("| scenario | site | mode | seed | agent | all dumps | two dumps |")
+    print("|---|---|---|---|---|---|---|")
+    for scenario in scenarios:
+        for mode in modes:
+            for r in (r for r in results if r["scenario"] == scenario and r["mode"] == mode):
+                names = list(r["highest"]) + list(r["flagged"])
+                for name in names:
+                    agent = r["agent_at_last_dump"].get(name, 0.0)
+                    cells = []
+                    for key in ("offline_all", "offline_two"):
+                        got = r[key]
+                        cells.append(
+                            got["error"] if "error" in got else f"{got.get(name, 0.0):.2f}"
+                        )
+                    print(
+                        f"| {scenario} | {name} | {mode} | {r['seed']} | {agent:.2f} | "
+                        f"{cells[0]} | {cells[1]} |"
+                    )
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--child":
     sys.path.insert(0, str(HERE))
-    out = child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))
+    numbers = [float(value) for value in sys.argv[4:8]]
+    out = child(
+        sys.argv[2], int(sys.argv[3]), *numbers[:2], dumps=int(numbers[2]), every=numbers[3]
+    )
     print(json.dumps(out), flush=True)
