@@ -29,10 +29,13 @@ INTERVAL = 65536
 DUMPED_AT = (40, 60, 80, 100)  # over the agent's window, 60 s: under 0.45 of it apart
 
 
-def dump_model(path: Path, source: ModelSource, now: float, sizes: dict[int, int]) -> str:
+def dump_model(
+    path: Path, source: ModelSource, now: float, sizes: dict[int, int], late: float = 0.0
+) -> str:
     """The model's live memory as the agent's dump would hold it: one trace
     per block (its real size; ``sizes`` maps the model's bytes back to it)
-    with its age, and the clock of epochs of 1 s, the current one begun now."""
+    with its age, and the clock of epochs of 1 s, the current one begun now;
+    the dump taken ``late`` seconds after."""
     traces = [
         ((0, sizes[size], (site,), 1), source.epoch - epoch)
         for site, chunks in source.chunks.items()
@@ -41,7 +44,7 @@ def dump_model(path: Path, source: ModelSource, now: float, sizes: dict[int, int
     header = DumpHeader(
         "3.12.1",
         4242,
-        now,
+        now + late,
         source.mode,
         INTERVAL if source.mode == "sample" else 0,
         1,
@@ -132,8 +135,11 @@ def test_offline_scores_agree_with_the_agents(
     assert suspect["series"] == online[LEAK].series
     # and the last dump's ages were scored, the ages the agent's last cycle
     # had (the leak's: 99 blocks of ages 1 to 99)
-    assert agent_ages[-1] is not None and fed[-1] is not None
-    assert fed[-1][LEAK] == agent_ages[-1][LEAK]
+    # (the leak's tracker's: the lines not seen to keep their memory have
+    # one of their own, from the first dump on)
+    assert agent_ages[-1] is not None
+    fed_leak = [ages for ages in fed if ages is not None and LEAK in ages]
+    assert fed_leak[-1][LEAK] == agent_ages[-1][LEAK]
     # and neither the churn nor the caches are suspects, online either (the
     # expiring one grows as steadily as a leak, but what it held 16 epochs
     # ago is gone)
@@ -191,28 +197,66 @@ def test_the_text_report_lists_each_suspect_with_its_ages_and_tracebacks(
     assert lines[4:] == ["    7714.8 KiB in 79 blocks:", "      app.py:10"]
 
 
-def test_dumps_too_far_apart_for_the_window_are_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """After the last dump but one, only the last dump's survivors are known:
-    a cache evicting its oldest entries would grow there like a leak."""
+def _leak_and_cache(tmp_path: Path, dumped: tuple[int, ...], late: float = 0.0) -> list[str]:
+    """A process leaking 100 kB an epoch (of 1 s) and a cache keeping its
+    last 40 entries of 100 kB, dumped at the epochs ``dumped``, each dump
+    taken ``late`` seconds after its epoch began."""
     source = ModelSource("exact", 0)
     paths = []
-    for epoch in range(1, 101):
+    for epoch in range(1, max(dumped) + 1):
         source.next_epoch()
-        if epoch in (90, 100):
-            paths.append(
-                dump_model(tmp_path / f"{epoch}.hwdump", source, 1e9 + epoch, {100_000: 100_000})
-            )
+        if epoch in dumped:
+            path = tmp_path / f"{epoch}.hwdump"
+            paths.append(dump_model(path, source, 1e9 + epoch, {100_000: 100_000}, late))
+        source.allocate(*LEAK, 100_000)
         source.allocate(*CACHE, 100_000)
-        if len(source.chunks[CACHE]) > 40:  # keeps its last 40 entries
+        if len(source.chunks[CACHE]) > 40:
             source.chunks[CACHE].pop(0)
-    status, out, err = run(capsys, "leaks", *paths)
-    assert (status, out) == (1, "")
-    assert err == (
-        "heapwatch leaks: the last two dumps are 10.0s apart, more than 0.45 of the 10s window: "
-        "what was freed between them is not known; give dumps at most 4.5s apart (or a longer "
-        "--window)\n"
+    return paths
+
+
+def test_two_dumps_score_what_they_show_kept_over_the_whole_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given two dumps 10 s apart of a process leaking at one line and
+    # turning a cache over at another, its agent's window 60 s
+    paths = _leak_and_cache(tmp_path, (90, 100))
+    # When they are scored
+    status, report, err = run(capsys, "leaks", "--json", *paths)
+    # Then the leak, whose memory both dumps show kept, is scored over the
+    # agent's window, its memory before the first dump what survived of it
+    assert (status, err) == (0, "")
+    assert report["window"] == 60.0
+    (suspect,) = report["suspects"]
+    assert (suspect["filename"], suspect["lineno"]) == LEAK
+    assert suspect["score"] >= 0.9
+    # and the cache, which freed what it held, is not: the note says why
+    # and what would score it
+    assert report["notes"][1] == (
+        "1 line freed memory held at the first dump, or kept too little since to tell: scored "
+        "from the first dump on, not at all: the dumps cover 10.0s, under 0.45 of the 60s "
+        "window; dumps over 27.0s or more would score them"
+    )
+
+
+def test_dumps_minutes_apart_give_an_answer_and_say_what_would_give_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given two dumps three minutes apart, each taken 0.75 s into its epoch
+    paths = _leak_and_cache(tmp_path, (20, 200), late=0.75)
+    # When they are scored, over a window of 2 minutes
+    status, report, err = run(capsys, "leaks", "--json", "--window", "2m", *paths)
+    # Then the window is the one asked for, and the leak is flagged in it
+    assert (status, err) == (0, "")
+    assert report["window"] == 120.0
+    assert [(s["filename"], s["lineno"]) for s in report["suspects"]] == [LEAK]
+    assert report["suspects"][0]["score"] >= 0.9
+    # and the cache is not; the note times the dumps as they were taken
+    assert report["notes"][1] == (
+        "1 line freed memory held at the first dump, or kept too little since to tell: scored "
+        "from the first dump on, not at all: the last two dumps were taken 180.0s apart, more "
+        "than 0.45 of the 120s window (what was freed between them is not known); dumps at "
+        "most 54.0s apart would score them"
     )
 
 

@@ -1,6 +1,7 @@
 """``heapwatch leaks DUMP DUMP...``: the leak suspects of one process from a
 series of its dumps, scored by the agent's own scorer
-(``heapwatch.formats.leaks``) and shown as ``/debug/heapwatch/leaks`` shows them.
+(``heapwatch.formats.leaks``) over the agent's window (``--window``) and
+shown as ``/debug/heapwatch/leaks`` shows them.
 
 The agent scores a site each cycle from its live bytes and its bytes at
 least ``OLD_EPOCHS`` cycles old.  A dump holds each live trace's age, so the
@@ -8,13 +9,21 @@ dumps say what part of those series survived: at the start of epoch k, the
 traces of a later dump recorded before k were live, and those recorded
 before k - OLD_EPOCHS were old.  The series rebuilt so are lower bounds,
 exact for memory never freed (a leak); the dumps of one process give the
-tightest (the highest) of them.  Only the epochs from the first dump on are
-scored: before it, what survived cannot tell a leak from a cache that
-evicts its oldest entries (both leave memory of every age), while a later
-dump shows what was freed since an earlier one.  The agent also scores
-each site's bytes by age at its last cycle (its history beyond the window):
-the last epoch gets the last dump's, which are those.  Epochs are dated by
-the dumps' clocks, between two dumps linearly.
+tightest (the highest) of them.  Where they are not exact, what survived
+cannot tell a leak from a cache that evicts its oldest entries (both leave
+memory of every age): so a site's series is rebuilt over the whole window,
+before the first dump too, only when its dumps show it kept what it held
+(``kept_what_it_held``: of its old memory at the first dump, the last
+still holds all but a leak's share, and enough was born since that a
+cache's deaths would have shown).  Two dumps minutes apart score a leak
+as the agent does.  The other sites are scored from the first dump on,
+when every span holds a dump before the last (a later dump shows what was
+freed since an earlier one); the report's notes say which dumps would
+score them.  The agent also scores each site's bytes by age at its last
+cycle (its history beyond the window): the last epoch gets the last
+dump's, which are those.  Epochs are dated by the dumps' clocks (when each
+began), between two dumps linearly, before the first at the agent's
+interval; the dumps themselves by when they were taken.
 """
 
 from __future__ import annotations
@@ -48,8 +57,10 @@ from heapwatch.formats.leaks import (
     OLD_EPOCHS,
     SHORTEST_SPAN,
     SUSPECT,
+    LeakScore,
     LeakTracker,
     Observation,
+    kept_what_it_held,
     observe_ages,
     observe_site,
     rank_scores,
@@ -211,50 +222,34 @@ def _window(options: argparse.Namespace, last: _Dump) -> float:
         return DEFAULTS.leak_window
 
 
-def _leaks(options: argparse.Namespace) -> int:
-    if len(options.dumps) < 2:
-        options.parser.error(
-            f"needs at least 2 dumps of one process (a series), got {len(options.dumps)}"
-        )
-    dumps = _checked([_read(path, options.max_inflate_ratio) for path in options.dumps])
-    last = dumps[-1]
-    date = _Dates(dumps)
-    end = last.clock.epoch
-    window = _window(options, last)
-    notes = [
-        f"{len(dumps)} dumps of pid {last.header.pid}, from "
-        f"{format_when({'timestamp': dumps[0].header.timestamp})} to "
-        f"{format_when({'timestamp': last.header.timestamp})}; "
-        "the epochs from the ages of what survived"
-    ]
-    start = dumps[0].clock.epoch
-    history = date(end) - date(start)
-    if window > history:
-        notes.append(f"the window is the {history:.1f}s the dumps cover, not {window:g}s")
-        window = history
-    if not window > 0:
-        raise InputError(f"{last.path}: the dumps cover no time (epoch {end}): nothing to score")
-    # Every span scored must hold a dump before the last: after it, only the
-    # last dump's survivors are known, and a cache that evicts its oldest
-    # entries would grow there like a leak.
-    gap = date(end) - date(dumps[-2].clock.epoch)
-    if gap > SHORTEST_SPAN * window:
-        raise InputError(
-            f"the last two dumps are {gap:.1f}s apart, more than {SHORTEST_SPAN:g} of the "
-            f"{window:g}s window: what was freed between them is not known; give dumps "
-            f"at most {SHORTEST_SPAN * window:.1f}s apart (or a longer --window)"
-        )
-    first = max(start, end - math.ceil(window / date.interval) - 1)
-    sites = {
-        site
-        for dump in dumps
-        for site, (_epochs, running) in dump.by_epoch.items()
-        if running[-1] >= FLOOR_BYTES
-    }
+def _kept(first: _Dump, last: _Dump, site: Site, interval: int) -> bool:
+    """Whether the dumps show the site keeping the memory it held at the
+    first of them (``kept_what_it_held``): its old bytes then, what of them
+    the last still holds, and the bytes born since that the last holds old."""
+    cut = first.clock.epoch - OLD_EPOCHS
+    held = _recorded_by(first, site, cut)
+    still = _recorded_by(last, site, cut)
+    born = _recorded_by(last, site, last.clock.epoch - OLD_EPOCHS) - still
+    histogram, blocks = last.ages.get(site, ((), 0))
+    block = sum(histogram) / blocks if blocks else 0.0
+    return kept_what_it_held(held, still, born, interval, block)
+
+
+def _scores(
+    dumps: list[_Dump],
+    date: _Dates,
+    sites: set[Site],
+    *,
+    epochs: range,
+    window: float,
+    interval: int,
+) -> dict[Site, LeakScore]:
+    """The sites' scores, the tracker fed the epochs' rebuilt observations
+    as the agent's cycles fed it."""
+    last, end = dumps[-1], epochs[-1]
     tracker: LeakTracker[Site] = LeakTracker(window)
-    interval = last.header.sample_interval if last.header.mode == "sample" else 0
     previous = -math.inf
-    for epoch in range(first, end + 1):
+    for epoch in epochs:
         at = max(date(epoch), previous + 1e-6)
         previous = at
         later = [dump for dump in dumps if dump.clock.epoch >= epoch]
@@ -274,7 +269,50 @@ def _leaks(options: argparse.Namespace) -> int:
                 if site in observations
             }
         tracker.observe(at, observations, ages)
-    suspects = rank_scores(tracker.scores().items(), SUSPECT)[: options.limit]
+    return tracker.scores()
+
+
+def _leaks(options: argparse.Namespace) -> int:
+    if len(options.dumps) < 2:
+        options.parser.error(
+            f"needs at least 2 dumps of one process (a series), got {len(options.dumps)}"
+        )
+    dumps = _checked([_read(path, options.max_inflate_ratio) for path in options.dumps])
+    first, last = dumps[0], dumps[-1]
+    date = _Dates(dumps)
+    end = last.clock.epoch
+    window = _window(options, last)
+    notes = [
+        f"{len(dumps)} dumps of pid {last.header.pid}, from "
+        f"{format_when({'timestamp': first.header.timestamp})} to "
+        f"{format_when({'timestamp': last.header.timestamp})}; "
+        "the epochs from the ages of what survived"
+    ]
+    if not date(end) > date(first.clock.epoch):
+        raise InputError(f"{last.path}: the dumps cover no time (epoch {end}): nothing to score")
+    sites = {
+        site
+        for dump in dumps
+        for site, (_epochs, running) in dump.by_epoch.items()
+        if running[-1] >= FLOOR_BYTES
+    }
+    interval = last.header.sample_interval if last.header.mode == "sample" else 0
+    start = max(0, end - math.ceil(window / date.interval) - 1)
+    # Before a dump, only what survived to it is known: the whole of a
+    # leak's memory, but of a cache that evicts only its youngest entries,
+    # which would grow there like a leak.  A site's memory is read so only
+    # when the dumps show it kept what it held; the others are scored from
+    # the first dump on, as the dumps show what was freed between them.
+    known = {site for site in sites if _kept(first, last, site, interval)}
+    scores = _scores(
+        dumps, date, known, epochs=range(start, end + 1), window=window, interval=interval
+    )
+    unknown = sites - known
+    if unknown:
+        scores.update(
+            _score_since_first(dumps, date, unknown, window=window, interval=interval, notes=notes)
+        )
+    suspects = rank_scores(scores.items(), SUSPECT)[: options.limit]
     rows: dict[Site, list[Any]] = {site: [] for site, _score in suspects}
     for frames, (size, count, histogram) in last.tracebacks.items():
         if frames[0] in rows:
@@ -301,6 +339,48 @@ def _leaks(options: argparse.Namespace) -> int:
     return 0
 
 
+def _score_since_first(
+    dumps: list[_Dump],
+    date: _Dates,
+    sites: set[Site],
+    *,
+    window: float,
+    interval: int,
+    notes: list[str],
+) -> dict[Site, LeakScore]:
+    """The scores of the sites whose memory before the first dump is not
+    known, from the first dump on, with a note of what would score them.
+    Every span scored must hold a dump before the last: after it, only the
+    last dump's survivors are known."""
+    first, last = dumps[0], dumps[-1]
+    taken = [dump.header.timestamp for dump in dumps]
+    gap = date(last.clock.epoch) - date(dumps[-2].clock.epoch)
+    covered = date(last.clock.epoch) - date(first.clock.epoch)
+    shortest = SHORTEST_SPAN * window
+    lines = f"{len(sites)} line{'s' if len(sites) > 1 else ''}"
+    why = (
+        f"{lines} freed memory held at the first dump, or kept too little since to tell: "
+        "scored from the first dump on"
+    )
+    if gap > shortest:
+        notes.append(
+            f"{why}, not at all: the last two dumps were taken {taken[-1] - taken[-2]:.1f}s "
+            f"apart, more than {SHORTEST_SPAN:g} of the {window:g}s window (what was freed "
+            f"between them is not known); dumps at most {shortest:.1f}s apart would score them"
+        )
+        return {}
+    if covered < shortest:
+        notes.append(
+            f"{why}, not at all: the dumps cover {taken[-1] - taken[0]:.1f}s, under "
+            f"{SHORTEST_SPAN:g} of the {window:g}s window; dumps over {shortest:.1f}s or more "
+            "would score them"
+        )
+        return {}
+    notes.append(why)
+    epochs = range(first.clock.epoch, last.clock.epoch + 1)
+    return _scores(dumps, date, sites, epochs=epochs, window=window, interval=interval)
+
+
 _window_type = parsed_by(parse_leak_window, "duration")
 
 
@@ -318,7 +398,7 @@ def add_parser(subparsers: SubParsers) -> None:
         type=_window_type,
         metavar="DURATION",
         help="the leak score's window (default: the agent's HEAPWATCH_LEAK_WINDOW, which its "
-        "dumps record, at most the time the dumps cover)",
+        "dumps record); it may reach before the first dump",
     )
     parser.add_argument(
         "--limit", type=limit_type, default=10, metavar="N", help="suspects shown (default 10)"

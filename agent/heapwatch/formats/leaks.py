@@ -41,12 +41,16 @@ growth over the span:
   18.3 samples where 13.3 now do);
 * shape: the span is cut into four quarters and a steady leak grows by
   ``G / 4`` in each, give or take ``s**2 = max(v_sampling / 4, L) +
-  (0.2 * G / 4)**2 + (1 KiB)**2``: ``L = 3 G**2 / (16 k)`` is what ``k``
-  lumps of ``G / k`` placed at random give a quarter, ``k = G**2 / sum(up
-  steps**2)`` the lumps the growth came in, at least 4 (a leak of a block a
-  minute, a list's array moved at each eighth of growth, a sampled leak's
-  samples come in lumps; a step of warm-up is one lump, a smooth fill many),
-  and a fifth of the growth is tolerated (a real leak's rate wanders);
+  (0.2 * G / 4)**2 + (1 KiB)**2``: ``L = 3 G**2 / 16 * (n / k - 1) / (n -
+  1)`` is what a quarter holds of ``n`` steps (one a cycle) in any order,
+  drawn without replacement, whose squares sum as those of ``k`` lumps of
+  ``G / k``: ``k = G**2 / sum(up steps**2)``, at least 4 (a leak of a block
+  a minute, a list's array moved at each eighth of growth, a sampled leak's
+  samples come in lumps; a step of warm-up is one lump); one lump gives
+  ``3 G**2 / 16``, ``n`` equal steps nothing (a fill that grew at every
+  cycle of half the span cannot have come later; with few cycles a span,
+  a short window's, taking its steps for lumps at random times let it
+  pass), and a fifth of the growth is tolerated (a real leak's rate wanders);
   ``X2 = sum_k (g_k - G / 4)**2 / s**2`` is chi-square with 3 degrees of
   freedom for a steady leak, and ``shape`` goes from 0 to 1 as its
   p-value goes from 0.001 to 0.05: memory that grew then stopped (a cache, a
@@ -65,8 +69,13 @@ series is linear between its points: the most is where a stretch begins or
 ends at one), with ``r = 1 - FILL * window / span`` the part of the span
 outside such a stretch:
 
-* ``Phi(2 (z - 3))``, ``z = B / sqrt(r * V + floor**2)``: it grew beyond,
-  as surely as a span must grow (the rest's share of its noise);
+* ``Phi(2 (z - 3))``, ``z = B / sqrt(V_r + floor**2)``: it grew beyond,
+  as surely as a span must grow.  ``V_r`` is the rest's share of the
+  span's births (``r`` of them) plus the variance of the memory alive at
+  the start of each piece of the rest that died within it (from the ages,
+  as for the span, each bucket's ages taken as even): a sampled cache that
+  turns over wanders by its whole size's noise in a few cycles, which the
+  rest's share of the span's noise took for a leak's growth;
 * and a factor from 0 to 1 as ``B / (r * G)`` goes from a quarter to a half:
   the rest grew about as fast as the span, not only a little beside a fill
   (a cache that filled for 10 minutes after a few of slow growth).
@@ -157,7 +166,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Deque, Dict, Generic, List, NamedTuple, Tuple, TypeVar
 
 __all__ = [
@@ -169,6 +178,7 @@ __all__ = [
     "LeakScore",
     "LeakTracker",
     "Observation",
+    "kept_what_it_held",
     "leak_score",
     "observe_ages",
     "observe_site",
@@ -289,6 +299,28 @@ def observe_ages(
     )
 
 
+def kept_what_it_held(
+    held: float, still: float, born: float, per_byte: float, block: float = 0.0
+) -> bool:
+    """Whether a site kept the memory it held at an earlier time, as a leak
+    does (its old bytes then, ``held``; ``still`` of them alive now):
+    its deaths since, against them and the bytes ``born`` since that
+    survive, are no more of its turnover than a leak's (``DEATHS_LOW``,
+    as the score's survival has it), and ``born`` is enough that a site
+    turning its memory over would have shown deaths (as significant as a
+    span's growth must be: ``Z_HALF`` deviations of its estimate, of
+    variance ``born * per_byte``, above the floor).  Deaths of fewer bytes
+    than ``MOVED_BLOCKS`` of its ``block`` (mean size) are a block moved.
+    ``heapwatch leaks`` reads a site's memory before its first dump only
+    when its dumps say so."""
+    died = max(held - still, 0.0)
+    if died <= max(SHAPE_FLOOR_BYTES, MOVED_BLOCKS * block):
+        died = 0.0
+    if born < Z_HALF * math.sqrt(born * per_byte + FLOOR_BYTES**2):
+        return False
+    return died <= DEATHS_LOW * (died + born)
+
+
 def _smoothstep(low: float, high: float, x: float) -> float:
     u = min(1.0, max(0.0, (x - low) / (high - low)))
     return u * u * (3.0 - 2.0 * u)
@@ -373,7 +405,18 @@ class _Series:
     """A series, its variances, and from each point on the sums of its
     steps up and down squared (every span ends at the last point)."""
 
-    __slots__ = ("_begins", "_fill", "_from", "_most", "downs", "times", "ups", "vs", "ys")
+    __slots__ = (
+        "_begins",
+        "_fill",
+        "_from",
+        "_most",
+        "_where",
+        "downs",
+        "times",
+        "ups",
+        "vs",
+        "ys",
+    )
 
     def __init__(self, times: Sequence[float], ys: Sequence[float], vs: Sequence[float]) -> None:
         self.times, self.ys, self.vs = times, ys, vs
@@ -391,12 +434,13 @@ class _Series:
         self._fill = self._from = 0.0
         self._begins: List[float] = []
         self._most: List[float] = []
+        self._where: List[float] = []
 
-    def most(self, start: float, fill: float) -> float:
+    def most(self, start: float, fill: float) -> Tuple[float, float]:
         """The most the series grew over a stretch of ``fill`` within
-        [start, times[-1]].  It is linear between its points: the most is
-        where a stretch begins or ends at one (found once for the starts
-        from the earliest asked for on)."""
+        [start, times[-1]], and where that stretch begins.  It is linear
+        between its points: the most is where a stretch begins or ends at
+        one (found once for the starts from the earliest asked for on)."""
         times, ys, end = self.times, self.ys, self.times[-1]
         first = min(max(start, times[0]), end - fill)
         if fill != self._fill or first < self._from:
@@ -407,22 +451,45 @@ class _Series:
             )
             ends = _along(times, ys, [t + fill for t in begins])
             grew = [b - a for a, b in zip(_along(times, ys, begins), ends)]
+            where = list(begins)
             for k in range(len(grew) - 2, -1, -1):  # the most from each on
-                grew[k] = max(grew[k], grew[k + 1])
-            self._begins, self._most = begins, grew
+                if grew[k + 1] > grew[k]:
+                    grew[k], where[k] = grew[k + 1], where[k + 1]
+            self._begins, self._most, self._where = begins, grew, where
         most = _at(times, ys, first + fill) - _at(times, ys, first)
         k = bisect_left(self._begins, first)
-        return max(most, self._most[k]) if k < len(self._most) else most
+        if k < len(self._most) and self._most[k] > most:
+            return self._most[k], self._where[k]
+        return most, first
+
+
+def _growth_var(v_then: float, v_now: float, kept: float | None) -> Tuple[float, float]:
+    """The sampling variance of a growth from an estimate of variance
+    ``v_then`` to one of ``v_now``, as (births, deaths): what was born since
+    and survives, less what was alive then and died, two estimates whose
+    variances add.  kept: the variance of the memory that may have lived
+    through it (None if not known: then none of it is taken to have died)."""
+    if kept is None:
+        return max(v_now - v_then, 0.0), 0.0
+    kept = min(max(kept, 0.0), v_then, v_now)
+    return v_now - kept, v_then - kept
+
+
+def _no_ages(_seconds: float) -> float | None:
+    return None
 
 
 def _score_span(
-    series: _Series, start: float, kept: float | None = None, fill: float = 0.0
+    series: _Series,
+    start: float,
+    kept: Callable[[float], float | None] = _no_ages,
+    fill: float = 0.0,
 ) -> float:
     """The score of the series over [start, times[-1]].  kept: the
-    variance of the memory older than the span now (from its ages; None if
-    not known: then none of the memory at the start is taken to have died).
-    fill: how long a growth confined to one stretch of the span may last
-    and be no leak (0: none)."""
+    variance of the memory older than so many seconds now (from its ages;
+    None if not known: then none of the memory at a start is taken to have
+    died).  fill: how long a growth confined to one stretch of the span may
+    last and be no leak (0: none)."""
     times, ys, vs = series.times, series.ys, series.vs
     end = times[-1]
     first = bisect_left(times, start)
@@ -439,45 +506,70 @@ def _score_span(
         return 0.0
     n = len(times) - 1 - first
     v_walk = 2.0 * series.downs[first] / n
-    if kept is None:
-        v_sampling = max(v_at[-1] - v_at[0], 0.0)
-    else:
-        # The growth is what was born within the span and survives, less
-        # what was alive at its start and died since: two estimates, of
-        # memory now younger than the span (v_end - kept) and of memory
-        # then gone (v_start - kept), their variances added.
-        kept = min(max(kept, 0.0), v_at[0], v_at[-1])
-        v_sampling = v_at[-1] + v_at[0] - 2.0 * kept
+    births, deaths = _growth_var(v_at[0], v_at[-1], kept(end - start))
+    v_sampling = births + deaths
     noise = max(v_sampling, n * v_walk)
     significance = _significance(growth / math.sqrt(noise + FLOOR_BYTES**2))
     quarter = growth / QUARTERS
-    # k lumps of G / k placed at random: a quarter gets G**2 * 3 / (16 k).
+    # The growth came in n steps, one a cycle, as if in k lumps of G / k;
+    # a quarter holds n / 4 of them, drawn without replacement: G**2 * 3 /
+    # 16 * (n / k - 1) / (n - 1), 3 G**2 / 16 for one lump, 0 for n equal
+    # steps (a fill at every cycle is not lumps that could have come later).
     ups = series.ups[first]
     lumps = max(min(growth * growth / ups, n), LUMPS_MIN) if ups > 0.0 else float(n)
-    v_lumps = growth * growth * (QUARTERS - 1) / (QUARTERS * QUARTERS * lumps)
+    v_lumps = _lumps_var(growth, lumps, n)
     s2 = max(v_sampling / QUARTERS, v_lumps) + (RELATIVE * quarter) ** 2 + SHAPE_FLOOR_BYTES**2
     x2 = sum((y_at[k + 1] - y_at[k] - quarter) ** 2 for k in range(QUARTERS)) / s2
     score = _smoothstep(P_LOW, P_HIGH, _chi2_sf(x2, QUARTERS - 1)) * significance
     if fill > 0.0 and score > 0.0:
         # What it grew beyond its most in any stretch of ``fill``, as noisy
         # as the growth of the rest of the span: a leak's share of it.
-        most = max(series.most(start, fill), 0.0)
+        most, begin = series.most(start, fill)
+        most = max(most, 0.0)
         rest = 1.0 - fill / (end - start)
-        z = (growth - most) / math.sqrt(rest * noise + FLOOR_BYTES**2)
+        # The rest is [start, begin] and [begin + fill, end].  Its births
+        # are the rest's share of the span's, but the memory alive at the
+        # start of each piece that died within it is all of its variance,
+        # however short the piece: a sampled cache that turns over wanders
+        # by its whole size's noise in a few cycles.
+        v_rest = rest * births
+        if begin > start:  # what lived through the span lived through the piece
+            v_rest += _growth_var(v_at[0], _at(times, vs, begin), kept(end - start))[1]
+        after = begin + fill
+        v_rest += _growth_var(_at(times, vs, after), v_at[-1], kept(end - after))[1]
+        z = (growth - most) / math.sqrt(max(v_rest, rest * n * v_walk) + FLOOR_BYTES**2)
         share = (growth - most) / (rest * growth)
         score *= _significance(z) * _smoothstep(SHARE_LOW, SHARE_HIGH, share)
     return score
 
 
+def _lumps_var(growth: float, lumps: float, steps: int) -> float:
+    """The variance of a quarter's growth, of ``steps`` steps summing to
+    ``growth`` whose squares sum to growth**2 / lumps (the steps are taken
+    in any order; a quarter holds a quarter of them)."""
+    if steps <= 1:
+        return 0.0
+    share = 1.0 / QUARTERS
+    return growth * growth * share * (1.0 - share) * max(steps / lumps - 1.0, 0.0) / (steps - 1)
+
+
 def _kept_var(ages: Ages | None, epochs: float) -> float | None:
-    """The variance of the memory of a site that may be at least ``epochs``
-    old now: its ages' bucket holding that age and the older ones (all of
-    the bucket: what was alive at a span's start that may have survived is
-    taken at its most, a leak's whole); None without ages."""
+    """The variance of the memory of a site at least ``epochs`` old now:
+    its ages' buckets older than that age, and the share of the bucket
+    holding it that is as old, its ages taken as even (a leak's are; a
+    whole bucket would count as lived through a short stretch the memory
+    of twice its age, most of a cache turned over within it); None without
+    ages."""
     if ages is None or not ages.var:
         return None
-    bucket = min(max(math.ceil(epochs), 0).bit_length(), len(ages.var) - 1)
-    return sum(ages.var[bucket:])
+    age = max(math.ceil(epochs), 0)
+    last = len(ages.var) - 1
+    bucket = min(age.bit_length(), last)
+    kept = sum(ages.var[bucket:])
+    if 0 < bucket < last:  # bucket b holds ages [2**(b-1), 2**b)
+        low = 1 << (bucket - 1)
+        kept -= ages.var[bucket] * (age - low) / low
+    return kept
 
 
 class _Weighed(NamedTuple):
@@ -688,15 +780,22 @@ def leak_score(
         spans.append((life, 0.0))  # all of a young site's evidence
     best = NO_LEAK
     found: Sequence[float] = ()  # the best span's series
-    for name, series in (
-        ("old", _Series(times, olds, [o.old_var for o in obs])),
-        ("live", _Series(times, [o.live for o in obs], [o.live_var for o in obs])),
+
+    def kept(seconds: float) -> float | None:
+        return _kept_var(ages, math.floor(seconds / cycle)) if cycle > 0.0 else None
+
+    # No memory is old until OLD_EPOCHS cycles after tracing began: the
+    # old bytes' first cycles are 0 whatever the site does, and a span
+    # beginning in them would take the first memory to age for growth.
+    old_from = -math.inf if since is None else since + OLD_EPOCHS * cycle
+    for name, series, earliest in (
+        ("old", _Series(times, olds, [o.old_var for o in obs]), old_from),
+        ("live", _Series(times, [o.live for o in obs], [o.live_var for o in obs]), -math.inf),
     ):
         for span, fill in spans:
             start = end - span
-            if start < times[0]:
+            if start < times[0] or start < earliest:
                 continue
-            kept = _kept_var(ages, span / cycle + 1.0) if cycle > 0.0 else None
             score = _score_span(series, start, kept, fill) * survival
             if score > best.score:
                 score *= _agreement(weighed, span)
