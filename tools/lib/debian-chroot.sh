@@ -83,8 +83,11 @@ ensure() {
     # A whole base system from an older recipe: add what the recipe now asks for.
     echo "$TOOL: completing $ROOT" >&2
     install_certificates
+    # The machine's mirror may serve a frozen snapshot whose Release file has
+    # passed its Valid-Until (sid's, here: debootstrap does not check it,
+    # apt-get update does): the signatures are still checked.
     chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-      sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends $(echo "$PACKAGES" | tr , ' ')"
+      sh -c "apt-get -o Acquire::Check-Valid-Until=false update -qq && apt-get install -y -qq --no-install-recommends $(echo "$PACKAGES" | tr , ' ')"
   else
     echo "$TOOL: creating the $SUITE chroot in $ROOT from $mirror (a few minutes, once)" >&2
     rm -rf "$ROOT"
