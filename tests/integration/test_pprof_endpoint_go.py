@@ -106,18 +106,13 @@ def test_go_tool_pprof_allocs_shows_the_churning_function(
     names = [row[2] for row in rows]
     assert names[0] == "churn_memory"
     assert "hoard_memory" in names
-    # And by objects too (1,000 blocks against 200).  Sampling estimates a
-    # sampled small block as interval/size blocks (1,170 for one 56-byte
-    # block at 64 KiB): a site of small blocks elsewhere may outrank both.
-    by_objects = [
-        row[2]
-        for row in top_rows(
-            run_pprof(go, "-top", "-nodefraction=0", "-sample_index=alloc_objects", str(profile))
-        )
-    ]
-    assert by_objects.index("churn_memory") < by_objects.index("hoard_memory")
+    # And by objects too (1,000 blocks against 200), in exact mode: sampling
+    # weighs a sampled small block as interval/size blocks (about 1,170 for a
+    # bytearray's 56-byte header at 64 KiB), so one such hit at either
+    # function, or anywhere, reorders the object counts at random.
     if mode == "exact":
-        assert by_objects[0] == "churn_memory"
+        by_objects = top_rows(run_pprof(go, "-top", "-sample_index=alloc_objects", str(profile)))
+        assert by_objects[0][2] == "churn_memory"
 
 
 def test_go_tool_pprof_reads_a_converted_dump(
