@@ -48,6 +48,7 @@ sys.path.insert(0, str(HERE))
 
 # The runner imports neither tracer: it only needs the names (and the agent's
 # configuration module imports no tracer).
+import floor  # noqa: E402
 from heapwatch.agent.config import DEFAULT_NFRAME  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
@@ -57,9 +58,13 @@ DEFAULT_SUITES = ("slowdown", "rss", "cycle", "pause")
 # Deterministic suites run in the first round only.
 ONCE = {"instructions"}
 
+# Hooks that only forward, where sample mode's go: the floor under its cost
+# (floor.py).  Opt-in: it needs a C compiler.
+FLOOR_CONFIG = floor.CONFIG
 # Configurations, in table order: (name, label, target ratio to untraced, stdlib peer).
 CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     "untraced": ("untraced", None, None),
+    FLOOR_CONFIG: ("hooks only, forwarding", None, None),
     "stdlib-1": ("stdlib start(1)", None, None),
     "stdlib-25": ("stdlib start(25)", None, None),
     # The agent's exact mode (profile "agent"): the targets are its own.
@@ -72,12 +77,20 @@ CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     # The agent's default in sample mode (nframe deeper than 1).
     "hw-sample-deep": (f"heapwatch sample 512K n{DEFAULT_NFRAME['sample']}", 1.05, "stdlib-1"),
 }
+# Configurations of the slowdown and instructions suites only.
+TIMING_ONLY = {FLOOR_CONFIG}
 # Which configurations each suite can run, and runs by default.
 SUITE_CONFIGS: dict[str, tuple[list[str], list[str]]] = {
-    "slowdown": (list(CONFIGS), list(CONFIGS)),
-    "rss": (list(CONFIGS), ["untraced", "stdlib-1", "hw-exact-1"]),
-    "cycle": ([c for c in CONFIGS if c != "untraced"], ["hw-exact-1", "stdlib-1"]),
-    "pause": ([c for c in CONFIGS if c != "untraced"], ["hw-exact-1"]),
+    "slowdown": (list(CONFIGS), [c for c in CONFIGS if c not in TIMING_ONLY]),
+    "rss": ([c for c in CONFIGS if c not in TIMING_ONLY], ["untraced", "stdlib-1", "hw-exact-1"]),
+    "cycle": (
+        [c for c in CONFIGS if c != "untraced" and c not in TIMING_ONLY],
+        ["hw-exact-1", "stdlib-1"],
+    ),
+    "pause": (
+        [c for c in CONFIGS if c != "untraced" and c not in TIMING_ONLY],
+        ["hw-exact-1"],
+    ),
     "instructions": (
         list(CONFIGS),
         ["untraced", "hw-exact-1", "hw-exact-25", "hw-sample", "hw-sample-deep"],
@@ -108,6 +121,12 @@ def label(config: str) -> str:
 
 def is_heapwatch(config: str) -> bool:
     return config.startswith("hw-")
+
+
+def runs_in_blocks_of_two(config: str) -> bool:
+    """Whether a slowdown child times two blocks of four runs: the
+    configurations whose ratios carry a target or are compared with them."""
+    return is_heapwatch(config) or config == FLOOR_CONFIG
 
 
 # ---- plan -------------------------------------------------------------------
@@ -199,7 +218,13 @@ def child_env() -> dict[str, str]:
     for name in TRACER_ENV:
         env.pop(name, None)
     env["PYTHONHASHSEED"] = "0"
+    if FLOOR_BUILT is not None:
+        env[floor.FLOOR_ENV] = str(FLOOR_BUILT)
     return env
+
+
+# The hooks-only extension, once main() built it for this run.
+FLOOR_BUILT: Path | None = None
 
 
 def callgrind(job: Job, scale: float, timeout: float) -> tuple[int, int | None] | str:
@@ -264,9 +289,10 @@ def run_job(job: Job, rnd: int, timeout: float) -> Outcome:
     if job.suite == "slowdown":
         if rnd % 2:
             cmd.append("--traced-first")
-        # heapwatch's ratios carry the targets: two blocks of four runs; the
-        # stdlib's, for comparison, one (its runs take seconds).
-        cmd += ["--blocks-of-runs", "2" if is_heapwatch(job.config) else "1"]
+        # heapwatch's ratios carry the targets: two blocks of four runs, and
+        # so does the floor they are read against; the stdlib's, for
+        # comparison, one (its runs take seconds).
+        cmd += ["--blocks-of-runs", "2" if runs_in_blocks_of_two(job.config) else "1"]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -1023,6 +1049,12 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args)
     if not plan.groups:
         raise SystemExit("nothing to run")
+    if any(job.config == FLOOR_CONFIG for group in plan.groups for job in group):
+        global FLOOR_BUILT
+        try:
+            FLOOR_BUILT = floor.build(RESULTS / "floor" / sys.implementation.cache_tag)
+        except RuntimeError as err:
+            raise SystemExit(str(err)) from None
     nruns = sum(len(g) for g in plan.groups)
     header = [
         "heapwatch benchmarks (a measurement: targets are printed, never enforced)",

@@ -1,16 +1,21 @@
 """The tracer configurations a child process can run under.
 
-Every child imports both tracers whatever its configuration, so that the same
-code is loaded in every run; only ``start`` differs.
+Every child imports both tracers whatever its configuration (and the
+hooks-only extension when run.py built one), so that the same code is loaded
+in every run; only ``start`` differs.
 """
 
 from __future__ import annotations
 
 import tracemalloc
 from dataclasses import dataclass
+from types import ModuleType
 
+import floor
 from heapwatch import _core
 from heapwatch.agent.config import DEFAULT_NFRAME
+
+FLOOR = floor.load()
 
 SAMPLE_INTERVAL = 512 * 1024
 
@@ -21,7 +26,7 @@ class Tracer:
     the stdlib live in run.py, which never imports a tracer."""
 
     name: str
-    family: str  # "untraced", "stdlib" or "heapwatch"
+    family: str  # "untraced", "stdlib", "heapwatch" or "floor" (hooks that only forward)
     nframe: int
     mode: str  # "exact" or "sample"; "" when untraced
     # heapwatch's start profile: "agent" as the agent starts the core
@@ -36,12 +41,16 @@ class Tracer:
                 _core.start(self.nframe, "sample", SAMPLE_INTERVAL)
             else:
                 _core.start(self.nframe, "exact", profile=self.profile)  # type: ignore[arg-type]
+        elif self.family == "floor":
+            floor_module().start()
 
     def stop(self) -> None:
         if self.family == "stdlib":
             tracemalloc.stop()
         elif self.family == "heapwatch":
             _core.stop()
+        elif self.family == "floor":
+            floor_module().stop()
 
     def traced_memory(self) -> tuple[int, int]:
         """(current, peak) traced bytes; (0, 0) when untraced."""
@@ -91,5 +100,13 @@ TRACERS: dict[str, Tracer] = {
         Tracer("hw-sample", "heapwatch", 1, "sample"),  # _core.start(1, "sample", 512 KiB)
         # The agent's default in sample mode: the same, at its default nframe.
         Tracer("hw-sample-deep", "heapwatch", DEFAULT_NFRAME["sample"], "sample"),
+        # What any hook costs where sample mode's hooks go (floor.py).
+        Tracer(floor.CONFIG, "floor", 0, ""),
     )
 }
+
+
+def floor_module() -> ModuleType:
+    if FLOOR is None:
+        raise RuntimeError(f"hooks-only needs the extension run.py builds ({floor.FLOOR_ENV})")
+    return FLOOR

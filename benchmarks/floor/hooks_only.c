@@ -1,0 +1,111 @@
+/* The floor of sample mode: allocator hooks that only forward.
+ *
+ * They wrap the calls heapwatch's sampling set wraps above plain pymalloc
+ * (RAW malloc, calloc, realloc and free; MEM and OBJ malloc, calloc and
+ * realloc; MEM's and OBJ's free stay pymalloc's own) and do nothing else.
+ * What they cost is what any hook in those places costs: the extra calls,
+ * and, on an interpreter built with PGO and LTO, the pymalloc fast path
+ * its callers inline behind a check that the allocator is still pymalloc.
+ * Sample mode's own cost is what it adds to this.  A benchmark, not part
+ * of heapwatch: benchmarks/floor.py builds it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+enum { D_RAW, D_MEM, D_OBJ, D_COUNT };
+
+static const PyMemAllocatorDomain domains[D_COUNT] = {
+    PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ,
+};
+
+/* The allocators under ours; written by start() with the GIL, before our
+ * hooks go in, and kept after stop() for a call through a stale pointer. */
+static PyMemAllocatorEx wrapped[D_COUNT];
+/* Our hooks are in the chain; GIL. */
+static int installed;
+
+#define FORWARDERS(D)                                                               \
+    static void *malloc_##D(void *ctx, size_t size)                                 \
+    {                                                                               \
+        return wrapped[D].malloc(ctx, size);                                        \
+    }                                                                               \
+    static void *calloc_##D(void *ctx, size_t nelem, size_t elsize)                 \
+    {                                                                               \
+        return wrapped[D].calloc(ctx, nelem, elsize);                               \
+    }                                                                               \
+    static void *realloc_##D(void *ctx, void *ptr, size_t size)                     \
+    {                                                                               \
+        return wrapped[D].realloc(ctx, ptr, size);                                  \
+    }
+
+FORWARDERS(D_RAW)
+FORWARDERS(D_MEM)
+FORWARDERS(D_OBJ)
+
+static void
+free_D_RAW(void *ctx, void *ptr)
+{
+    wrapped[D_RAW].free(ctx, ptr);
+}
+
+static void
+install(int d, void *(*m)(void *, size_t), void *(*c)(void *, size_t, size_t),
+        void *(*r)(void *, void *, size_t), void (*f)(void *, void *))
+{
+    PyMem_GetAllocator(domains[d], &wrapped[d]);
+    PyMemAllocatorEx hook = wrapped[d];
+    hook.malloc = m;
+    hook.calloc = c;
+    hook.realloc = r;
+    if (f != NULL) {
+        hook.free = f;
+    }
+    PyMem_SetAllocator(domains[d], &hook);
+}
+
+static PyObject *
+floor_start(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (!installed) {
+        install(D_RAW, malloc_D_RAW, calloc_D_RAW, realloc_D_RAW, free_D_RAW);
+        install(D_MEM, malloc_D_MEM, calloc_D_MEM, realloc_D_MEM, NULL);
+        install(D_OBJ, malloc_D_OBJ, calloc_D_OBJ, realloc_D_OBJ, NULL);
+        installed = 1;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+floor_stop(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (installed) {
+        for (int d = 0; d < D_COUNT; d++) {
+            PyMem_SetAllocator(domains[d], &wrapped[d]);
+        }
+        installed = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"start", floor_start, METH_NOARGS, "Put the forwarding hooks in."},
+    {"stop", floor_stop, METH_NOARGS, "Take them out."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "hw_bench_floor",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit_hw_bench_floor(void)
+{
+    return PyModule_Create(&module_def);
+}
