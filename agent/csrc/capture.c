@@ -612,6 +612,7 @@ hw_capture(hw_capture_t *cap, PyThreadState *tstate, int no_code_refs, int max_n
     cap->frames = cap->local;
     cap->nframe = 0;
     cap->total_nframe = 0;
+    cap->route = 0;
     cap->no_code_refs = no_code_refs;
     if (max_nframe > HW_CAPTURE_LOCAL) {
         cap->frames = hw_malloc(HW_MEM_TRACER, sizeof(hw_frame_t) * (size_t)max_nframe);

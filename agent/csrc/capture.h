@@ -38,6 +38,7 @@ typedef struct {
     hw_frame_t *frames; /* local or heap */
     int nframe;
     uint16_t total_nframe;
+    uint16_t route; /* routes.h: 0 unless the caller reads it */
     int no_code_refs;
     hw_frame_t local[HW_CAPTURE_LOCAL];
 } hw_capture_t;

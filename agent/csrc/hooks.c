@@ -12,6 +12,7 @@
 #include "thread.h"
 #include "tracebacks.h"
 #include "tracer.h"
+#include "routes.h"
 #include "wake.h"
 
 enum { D_RAW = 0, D_MEM = 1, D_OBJ = 2, D_COUNT = 3 };
@@ -99,7 +100,12 @@ capture_caller(hw_capture_t *cap, int gil_domain)
         return hw_capture(cap, NULL, 1, max_nframe, count_depth); /* see main_interp */
     }
     if (gil_domain || tstate != NULL) {
-        return hw_capture(cap, tstate, 0, max_nframe, count_depth);
+        int rc = hw_capture(cap, tstate, 0, max_nframe, count_depth);
+        if (HW_UNLIKELY(__atomic_load_n(&hw_routes_on, __ATOMIC_RELAXED)) && rc == 0 &&
+            tstate != NULL && !hw_py_is_finalizing()) {
+            cap->route = hw_route_current();
+        }
+        return rc;
     }
     tstate = PyGILState_GetThisThreadState();
     if (tstate != NULL && tstate->interp != main_interp) {

@@ -17,6 +17,7 @@
 #include "snapshot.h"
 #include "sync.h"
 #include "tracer.h"
+#include "routes.h"
 #include "wake.h"
 
 static const char *const mode_names[] = {"exact", "sample"};
@@ -420,6 +421,33 @@ Snapshot_tracebacks(SnapshotObject *self, PyObject *args, PyObject *kwds)
     return list;
 }
 
+static PyObject *
+Snapshot_routes(SnapshotObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"peaks", "allocs", NULL};
+    int peaks = 0;
+    int allocs = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp:routes", kwlist, &peaks, &allocs)) {
+        return NULL;
+    }
+    hw_snapshot_t *snap = self->snap;
+    uint32_t n = allocs ? snap->ntbs_alloc : peaks ? snap->ntbs_all : snap->ntbs;
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        /* Pinned, and a traceback's route never changes. */
+        PyObject *route = PyLong_FromLong(snap->tbs[i]->route);
+        if (route == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, route);
+    }
+    return list;
+}
+
 static int
 parse_key_type(PyObject *obj, hw_key_type_t *key_type)
 {
@@ -513,6 +541,9 @@ static PyMethodDef Snapshot_methods[] = {
     {"traces", (PyCFunction)(void (*)(void))Snapshot_traces, METH_VARARGS | METH_KEYWORDS,
      "traces(mask=None, ages=False) -> list of (domain, size, frames, total_nframe), with "
      "ages=True (domain, size, frames, total_nframe, age): age in epochs, at most MAX_AGE."},
+    {"routes", (PyCFunction)(void (*)(void))Snapshot_routes, METH_VARARGS | METH_KEYWORDS,
+     "routes(peaks=False, allocs=False) -> the route id of each row of tracebacks(names, "
+     "peaks, allocs), in the same order"},
     {"tracebacks", (PyCFunction)(void (*)(void))Snapshot_tracebacks, METH_VARARGS | METH_KEYWORDS,
      "tracebacks(names=False, peaks=False) -> list of (domain, frames, total_nframe, size, count), "
      "one per traceback; with names=True a frame is (filename, lineno, function); with "
@@ -831,13 +862,16 @@ core_get_stats(PyObject *module, PyObject *unused)
     size_t graveyard = hw_graveyard_len_unlocked();
     hw_unlock();
     return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:n,s:n,s:n,s:n}", "traced", (unsigned long long)current, "peak",
+        "{s:K,s:K,s:K,s:K,s:K,s:n,s:n,s:n,s:n,s:n,s:K}", "traced", (unsigned long long)current,
+        "peak",
         (unsigned long long)peak, "blocks", (unsigned long long)hw_count_round(est_blocks),
         "dropped", (unsigned long long)__atomic_load_n(&hw_tracer.dropped, __ATOMIC_RELAXED),
         "recorded", (unsigned long long)__atomic_load_n(&hw_tracer.recorded, __ATOMIC_RELAXED),
         "live_traces", (Py_ssize_t)__atomic_load_n(&hw_tracer.ntraces, __ATOMIC_RELAXED),
         "tracebacks", (Py_ssize_t)ntbs, "graveyard", (Py_ssize_t)graveyard, "snapshot_memory",
-        (Py_ssize_t)hw_mem_used(HW_MEM_SNAPSHOT));
+        (Py_ssize_t)hw_mem_used(HW_MEM_SNAPSHOT), "span_routes",
+        (Py_ssize_t)hw_routes_span_count(), "span_routes_dropped",
+        (unsigned long long)hw_routes_span_dropped());
 }
 
 static PyObject *
@@ -886,6 +920,7 @@ core_track(PyObject *module, PyObject *args)
                    hw_counts_depth()) < 0) {
         return PyErr_NoMemory();
     }
+    cap.route = hw_route_current();
     uint64_t dropped = __atomic_load_n(&hw_tracer.dropped, __ATOMIC_RELAXED);
     hw_lock();
     if (hw_tracer.tracing) {
@@ -1232,6 +1267,16 @@ static PyMethodDef core_methods[] = {
     {"hooks_installed", core_hooks_installed, METH_NOARGS, NULL},
     {"_reftracer_on_top", core_reftracer_on_top, METH_NOARGS,
      "whether heapwatch's reference tracer (3.13+) holds the interpreter's slot"},
+    {"set_route_var", hw_py_set_route_var, METH_O,
+     "set_route_var(var): the contextvars.ContextVar whose int value (0 to MAX_ROUTE) labels "
+     "each allocation recorded with the GIL held; None: none"},
+    {"set_span_routes", hw_py_set_span_routes, METH_VARARGS,
+     "set_span_routes(var, key): OpenTelemetry's context variable and the key of the current "
+     "span in its Context; when set_route_var's gives 0, the span's route (span_route) "
+     "labels the allocation; (None, None): none"},
+    {"span_route", hw_py_span_route, METH_VARARGS,
+     "span_route(span, route): the route of a span object, kept by address without a "
+     "reference; route 0 forgets it"},
     {"_track", core_track, METH_VARARGS, "_track(domain, ptr, size) -> 0, -1 or -2"},
     {"_untrack", core_untrack, METH_VARARGS, "_untrack(domain, ptr) -> 0 or -2"},
     {"native_heap", core_native_heap, METH_NOARGS,
@@ -1312,6 +1357,8 @@ PyInit__core(void)
         PyModule_AddIntConstant(module, "DEFAULT_SAMPLE_INTERVAL", HW_DEFAULT_SAMPLE_INTERVAL) < 0 ||
         PyModule_AddIntConstant(module, "MAX_AGE", HW_MAX_AGE) < 0 ||
         PyModule_AddIntConstant(module, "ALLOC_KEEP", HW_TB_ALLOC_KEEP) < 0 ||
+        PyModule_AddIntConstant(module, "MAX_ROUTE", HW_MAX_ROUTE) < 0 ||
+        PyModule_AddIntConstant(module, "SPAN_ROUTES", HW_SPAN_ROUTES) < 0 ||
         PyModule_AddIntConstant(module, "AGE_BUCKETS", HW_AGE_BUCKETS) < 0 ||
         PyModule_AddIntConstant(module, "SMALL_FILE_MAX", SMALL_FILE_MAX) < 0 ||
         register_at_exit(module) < 0) {

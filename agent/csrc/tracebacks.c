@@ -167,6 +167,7 @@ typedef struct {
     uint32_t domain;
     int nframe;
     uint16_t total_nframe;
+    uint16_t route;
     const hw_frame_t *frames;
 } tb_key_t;
 
@@ -201,7 +202,8 @@ hash_frames(const tb_key_t *key)
     const uint64_t mul = UINT64_C(0xFF51AFD7ED558CCD);
     const hw_frame_t *frames = key->frames;
     uint64_t h0 = UINT64_C(0x9E3779B97F4A7C15) ^ ((uint64_t)key->domain << 32) ^
-                  ((uint64_t)key->nframe << 16) ^ key->total_nframe;
+                  ((uint64_t)key->nframe << 16) ^ key->total_nframe ^
+                  ((uint64_t)key->route << 47);
     if (key->nframe == 1) {
         return hash_finish((h0 ^ frame_word(&frames[0])) * mul);
     }
@@ -226,7 +228,8 @@ tb_eq(const void *record, const void *key)
 {
     const hw_traceback_t *tb = record;
     const tb_key_t *k = key;
-    if (tb->domain != k->domain || tb->nframe != k->nframe || tb->total_nframe != k->total_nframe) {
+    if (tb->domain != k->domain || tb->nframe != k->nframe || tb->total_nframe != k->total_nframe ||
+        tb->route != k->route) {
         return 0;
     }
     if (k->nframe <= 4) {
@@ -383,6 +386,7 @@ tb_create_unlocked(const tb_key_t *key, uint64_t hash)
     tb->domain = key->domain;
     tb->nframe = (uint16_t)key->nframe;
     tb->total_nframe = key->total_nframe;
+    tb->route = key->route;
     memcpy(tb->frames, key->frames, sizeof(hw_frame_t) * (size_t)key->nframe);
     for (int i = 0; i < key->nframe; i++) {
         hw_tb_lines(tb)[i] = -1;
@@ -440,6 +444,7 @@ intern_slow_unlocked(uint32_t domain, hw_capture_t *cap)
     static const hw_frame_t unknown = {0, 0};
     tb_key_t key;
     key.domain = domain;
+    key.route = cap->route;
     if (cap->nframe == 0) {
         /* As the stdlib: no complete frame gives "<unknown>":0, depth 1. */
         key.frames = &unknown;
@@ -482,7 +487,7 @@ hw_tb_intern_unlocked(uint32_t domain, hw_capture_t *cap)
     if (HW_UNLIKELY(cap->nframe == 0 || cap->no_code_refs || !initialized)) {
         return intern_slow_unlocked(domain, cap);
     }
-    tb_key_t key = {domain, cap->nframe, cap->total_nframe, cap->frames};
+    tb_key_t key = {domain, cap->nframe, cap->total_nframe, cap->route, cap->frames};
     /* A thread allocates from the same few places again and again: its
      * cache spares the hash (25 frames cost a tenth of deep_stack at
      * nframe 25) and the probe. */
@@ -709,7 +714,7 @@ tb_unorphan_unlocked(hw_traceback_t *tb, code_refs_t *table, size_t mask)
     }
     memcpy(tb->frames, frames, sizeof(hw_frame_t) * tb->nframe);
     hw_free(HW_MEM_TRACER, frames);
-    tb_key_t key = {tb->domain, tb->nframe, tb->total_nframe, tb->frames};
+    tb_key_t key = {tb->domain, tb->nframe, tb->total_nframe, tb->route, tb->frames};
     tb->hash = hash_frames(&key);
     /* Out of memory, it stays out of the set: freed once unused all the same. */
     (void)hw_pset_add(&tb_set, tb);

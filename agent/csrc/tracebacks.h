@@ -51,6 +51,7 @@ typedef struct hw_traceback {
     uint32_t domain;
     uint16_t nframe;
     uint16_t total_nframe;
+    uint16_t route;    /* routes.h: part of the identity, as the domain */
     uint32_t idle; /* interned but unused, counted in the idle total */
     /* Per-site peak (tracer.h, "Per-site peaks"): size at the last committed
      * peak, valid while peak_gen equals hw_tracer.peak_gen. */

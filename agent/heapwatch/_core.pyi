@@ -24,9 +24,10 @@ In sample mode every size and count is an unbiased estimate; a trace's own
 size (in ``Snapshot.traces()``) is the sampled block's real size.
 """
 
+import contextvars
 import os
 from types import FrameType
-from typing import Callable, Literal, Protocol, TypedDict, overload
+from typing import Any, Callable, Literal, Protocol, TypedDict, overload
 
 from typing_extensions import Self
 
@@ -51,6 +52,8 @@ MAX_SAMPLE_INTERVAL: int
 DEFAULT_SAMPLE_INTERVAL: int
 MAX_AGE: int
 ALLOC_KEEP: int
+MAX_ROUTE: int
+SPAN_ROUTES: int
 AGE_BUCKETS: int
 SMALL_FILE_MAX: int
 
@@ -71,6 +74,8 @@ class Stats(TypedDict):
     tracebacks: int
     graveyard: int
     snapshot_memory: int
+    span_routes: int
+    span_routes_dropped: int
 
 class Groups:
     """Statistics grouped in C; ordered exactly as the stdlib orders them."""
@@ -133,6 +138,9 @@ class Snapshot:
         """Every trace (of the tracebacks the mask keeps); needs traces=True."""
     @overload
     def traces(self, mask: bytes | None = None, *, ages: Literal[True]) -> list[RawAgedTrace]: ...
+    def routes(self, peaks: bool = False, allocs: bool = False) -> list[int]:
+        """The route id of each row of tracebacks(names, peaks, allocs), in
+        the same order (0: no route)."""
     @overload
     def tracebacks(
         self, names: bool = False, peaks: Literal[False] = False, allocs: Literal[False] = False
@@ -198,6 +206,22 @@ def call_soon(callback: Callable[[], object], frame: FrameType | None = None) ->
 
 def wake_cancel() -> bool:
     """Forgets the armed wake-up; whether there was one."""
+
+def set_route_var(var: contextvars.ContextVar[int] | None) -> None:
+    """The ContextVar whose int value (1 to MAX_ROUTE; anything else is no
+    route) labels each allocation recorded with the GIL held, read from the
+    allocating thread's current context.  None: no such variable."""
+
+def set_span_routes(var: contextvars.ContextVar[Any] | None, key: str | None) -> None:
+    """OpenTelemetry's context variable and the key of the current span in
+    its Context (a dict): when set_route_var's variable gives no route, the
+    current span's route (span_route) labels the allocation.  (None, None)
+    turns it off and forgets every span."""
+
+def span_route(span: object, route: int) -> None:
+    """The route of a span object, kept by its address (no reference) in a
+    table of SPAN_ROUTES entries; route 0 forgets it.  Past the bound, new
+    spans are refused and counted (get_stats()['span_routes_dropped'])."""
 
 def set_thread_traced(traced: bool) -> bool:
     """Whether the blocks the calling thread allocates from now on are
