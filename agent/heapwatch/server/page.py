@@ -48,6 +48,7 @@ __all__ = [
     "STATIC_FILES",
     "STATIC_PREFIX",
     "TOP_SITES",
+    "TOP_SUSPECTS",
     "add_page_routes",
     "baselines_offered",
     "live_view",

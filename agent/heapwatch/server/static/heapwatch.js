@@ -263,7 +263,8 @@
     suspects.replaceChildren();
     if (!data.suspects.length) {
       var none = el("tr");
-      var td = cell(none, data.kind === "live" ? "no site scores as a leak" : "leak scores need the agent's cycles (heapwatch leaks reads a series of dumps)");
+      var scored = data.kind === "live" || data.sites.some(function (s) { return s.leak_score !== null; });
+      var td = cell(none, scored ? "no site scores as a leak" : "no leak scores: they need two dumps of one process by its agent (see the notes)");
       td.colSpan = 4;
       suspects.appendChild(none);
     }
