@@ -14,7 +14,8 @@ and what it accepts); none of them names a file.
 ``GET /debug/heapwatch/``           what is here: the routes, the black box, and the
                                     one an earlier process left (text, or JSON); to a
                                     browser (Accept: text/html), the memory page
-``GET /debug/heapwatch/view``       the memory page's data (``heapwatch.server.page``)
+``GET /debug/heapwatch/view``       the memory page's data (``heapwatch.server.page``),
+                                    built once per cycle of the agent
 ``GET /debug/heapwatch/snapshot``   every live trace, in heapwatch's dump format
 ``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON);
                                     ``min_age=30m``: only live memory that old
