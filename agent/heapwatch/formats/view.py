@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import heapq
-import json
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
@@ -329,6 +328,10 @@ def script_json(data: Any) -> str:
     """``data`` as JSON that cannot end or confuse the ``<script>`` element
     holding it: no ``<``, ``>`` or ``&`` appears as such (JSON reads the
     escapes back as the same characters)."""
+    # Imported here: the agent imports this module for fold_stacks, and an
+    # agent that serves nothing imports no json (test_agent_api).
+    import json
+
     # ASCII only: a lone surrogate (a name that was not UTF-8) stays an escape.
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     return text.translate(_SCRIPT_ESCAPES)
