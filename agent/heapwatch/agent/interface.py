@@ -30,6 +30,7 @@ from heapwatch.agent.agent import Agent, get_agent, start_agent, stop_agent
 from heapwatch.agent.contract import (
     OTHER_FILE,
     OTHER_LINE,
+    ROUTE_SITES,
     AgentView,
     BlackBox,
     Component,
@@ -37,6 +38,8 @@ from heapwatch.agent.contract import (
     CycleResult,
     Readings,
     ReadingsSource,
+    Route,
+    RouteSite,
     Routes,
     Server,
     Site,
@@ -46,6 +49,7 @@ from heapwatch.agent.contract import (
 __all__ = [
     "OTHER_FILE",
     "OTHER_LINE",
+    "ROUTE_SITES",
     "Agent",
     "AgentView",
     "BlackBox",
@@ -54,6 +58,8 @@ __all__ = [
     "CycleResult",
     "Readings",
     "ReadingsSource",
+    "Route",
+    "RouteSite",
     "Routes",
     "Server",
     "Site",
