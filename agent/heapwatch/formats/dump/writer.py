@@ -170,7 +170,7 @@ def write_dump(
         path = os.fspath(target)
         with open(path, "wb") as fp:
             try:
-                _write(fp, header, traces, compress, compresslevel)
+                _write(fp, header, traces, compress, compresslevel, routes)
             except BaseException:
                 fp.close()
                 # a half-written dump is only ever an error for its readers
