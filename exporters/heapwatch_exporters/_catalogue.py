@@ -135,7 +135,6 @@ def _routes_folded(readings: Readings) -> float | None:
     return None if result is None or not result.routes else result.routes_folded
 
 
-
 CATALOGUE: tuple[Metric, ...] = (
     Metric(
         "heapwatch.traced",

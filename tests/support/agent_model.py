@@ -88,6 +88,7 @@ class ModelSnapshot:
         peaks: Mapping[Key, int],
         histograms: Mapping[Key, tuple[int, ...]],
         epoch: int = 0,
+        *,
         routed: Mapping[tuple[int, Key], tuple[int, int]] | None = None,
         routed_histograms: Mapping[tuple[int, Key], tuple[int, ...]] | None = None,
     ) -> None:
@@ -101,9 +102,7 @@ class ModelSnapshot:
     def ntracebacks(self) -> int:
         return len(self._rows)
 
-    def group(
-        self, key_type: str, *, mask: bytes | None = None, ages: bool = False
-    ) -> ModelGroups:
+    def group(self, key_type: str, *, mask: bytes | None = None, ages: bool = False) -> ModelGroups:
         assert key_type in ("lineno", "filename")
         if mask is None:
             assert key_type == "lineno"
@@ -270,8 +269,8 @@ class ModelSource:
             self.peak_sites,
             self.histograms(),
             self.epoch,
-            self.routed,
-            self.routed_histograms(),
+            routed=self.routed,
+            routed_histograms=self.routed_histograms(),
         )
 
     def current_epoch(self) -> int:

@@ -52,7 +52,7 @@ class Run:
             self.sites,
             self.settings,
             readers(self.timer, folded),
-            self.routes,
+            route_tracker=self.routes,
         )
         self.state = done.state
         return done
@@ -126,7 +126,10 @@ def test_each_leading_route_has_its_top_sites_bounded() -> None:
     assert [site.line for site in items] == list(range(ROUTE_SITES + 2, 2, -1))
     assert len(items) == ROUTE_SITES
     users = [site for site in sites if site.route == "/users/{uid}"]
-    assert [(s.file, s.line, s.size) for s in users] == [("other.py", 1, 100_000), ("view.py", 1, 50)]
+    assert [(s.file, s.line, s.size) for s in users] == [
+        ("other.py", 1, 100_000),
+        ("view.py", 1, 50),
+    ]
 
 
 def test_a_routes_leak_is_scored_as_a_lines_and_a_full_cache_is_not() -> None:

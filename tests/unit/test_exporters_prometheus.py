@@ -248,7 +248,7 @@ def test_routes_are_labelled_by_http_route_and_sum_to_the_total() -> None:
     sizes = [v for (name, _), v in values.items() if name == "heapwatch_route_size_bytes"]
     assert sum(sizes) == values["heapwatch_traced_bytes", ()]
     # and each route's top lines, by route, file and line
-    line = items + (("code_file_path", "/srv/app.py"), ("code_line_number", "42"))
+    line = (*items, ("code_file_path", "/srv/app.py"), ("code_line_number", "42"))
     assert values["heapwatch_route_lineno_size_bytes", tuple(sorted(line))] == 5000
     assert values["heapwatch_routes_folded_total", ()] == 4
     # and a cycle without routes has none of these series

@@ -151,6 +151,7 @@ def compose_cycle(
     tracker: LeakTracker[Key],
     settings: CycleSettings,
     readers: CycleReaders,
+    *,
     route_tracker: LeakTracker[str] | None = None,
 ) -> Cycle:
     """Runs one cycle on ``source``: its result, the next cycle's state, the

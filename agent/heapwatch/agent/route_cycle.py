@@ -98,18 +98,20 @@ def compose_routes(
         total = totals.setdefault(name, [0, 0])
         total[0] += size
         total[1] += count
-        if name != none and name != other:
-            site = by_site.setdefault(name, {}).setdefault(site_of(row[1]), [0, 0])  # type: ignore[arg-type]
+        if name not in (none, other):
+            site = by_site.setdefault(name, {}).setdefault(site_of(row[1]), [0, 0])
             site[0] += size
             site[1] += count
     ranked = sorted(
-        (name for name in totals if name != none and name != other),
+        (name for name in totals if name not in (none, other)),
         key=lambda name: (-totals[name][0], name),
     )
     scores, watched = score_watched(
         tracker,
         now,
-        _route_ages(snapshot, ids, name_of, totals, ranked[: 2 * top] + [none], previous.watched),
+        _route_ages(
+            snapshot, ids, name_of, totals, [*ranked[: 2 * top], none], watched=previous.watched
+        ),
         epoch=snapshot.epoch,
         watched=previous.watched,
         sample_interval=sample_interval,
@@ -168,9 +170,7 @@ def compose_routes(
             by_site.get(name, {}).items(), key=lambda item: (-item[1][0], item[0])
         )[:ROUTE_SITES]
     ]
-    state = RouteState(
-        True, {name: size for name, (size, _count) in totals.items()}, watched
-    )
+    state = RouteState(True, {name: size for name, (size, _count) in totals.items()}, watched)
     return RouteCycle(tuple(routes), tuple(sites), folded, state)
 
 
@@ -180,6 +180,7 @@ def _route_ages(
     name_of: Mapping[int, str],
     totals: Mapping[str, Sequence[int]],
     candidates: Sequence[str],
+    *,
     watched: frozenset[str],
 ) -> list[tuple[str, int, int, Sequence[int]]]:
     """(route, bytes, blocks, bytes by age) of the candidates that may be

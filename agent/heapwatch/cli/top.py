@@ -36,7 +36,9 @@ def _by_route(source: SnapshotFile, options: argparse.Namespace) -> GroupedRows:
     whole (its routes are per traceback); any other file's is all <none>."""
     mode = cast("Mode", source.mode)
     if source.meta["format"] != "heapwatch":
-        return group_route_rows(source.traces, itertools.repeat(0), {}, mode, source.sample_interval)
+        return group_route_rows(
+            source.traces, itertools.repeat(0), {}, mode, source.sample_interval
+        )
     close = getattr(source.traces, "close", None)
     if close is not None:
         close()  # read again below, whole

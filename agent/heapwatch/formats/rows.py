@@ -135,7 +135,9 @@ def group_route_rows(
         acc = sums.setdefault(name, [0, 0])
         acc[0] += size
         acc[1] += count_fp
-    return route_rows((name, size, round_count(count_fp)) for name, (size, count_fp) in sums.items())
+    return route_rows(
+        (name, size, round_count(count_fp)) for name, (size, count_fp) in sums.items()
+    )
 
 
 def _diff_key(row: RawDiff) -> tuple[int, int, int, int, Frames]:

@@ -170,7 +170,7 @@ def write_dump(
         path = os.fspath(target)
         with open(path, "wb") as fp:
             try:
-                _write(fp, header, traces, compress, compresslevel, routes)
+                _write(fp, header, traces, compress, compresslevel, routes=routes)
             except BaseException:
                 fp.close()
                 # a half-written dump is only ever an error for its readers
@@ -178,7 +178,7 @@ def write_dump(
                     os.unlink(path)
                 raise
     else:
-        _write(target, header, traces, compress, compresslevel, routes)
+        _write(target, header, traces, compress, compresslevel, routes=routes)
 
 
 def _write(
@@ -187,6 +187,7 @@ def _write(
     traces: Union[Iterable[RawTrace], Iterable[AgedTrace]],
     compress: bool,
     level: int,
+    *,
     routes: Mapping[int, str] | None = None,
 ) -> None:
     header_record = _header_record(header)
@@ -215,7 +216,6 @@ def _write(
         try:
             if routes is not None:
                 trace, route = trace
-                item = trace
             if max_age >= 0:
                 trace, age = item
                 if age != last_age:
@@ -233,7 +233,7 @@ def _write(
                 tb_id = tracebacks.get((frames, total_nframe, route))
                 if tb_id is None:
                     tb_id = _define_traceback(
-                        out, strings, tracebacks, frames, total_nframe, route
+                        out, strings, tracebacks, frames, total_nframe, route=route
                     )
                     if route:
                         _route_traceback(out, route, routes or {}, named)
@@ -318,6 +318,7 @@ def _define_traceback(
     tracebacks: dict[tuple[Frames, int, int], bytes],
     frames: Frames,
     total_nframe: int,
+    *,
     route: int = 0,
 ) -> bytes:
     """Appends the records defining a new traceback (and its new filenames)
