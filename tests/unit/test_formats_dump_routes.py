@@ -162,3 +162,16 @@ def test_bad_route_records_are_refused(records: list[bytes], problem: str) -> No
     with pytest.raises(DumpError, match=problem) as info:
         read_dump(io.BytesIO(data))
     assert "offset" in str(info.value)
+
+
+def test_routes_and_ages_together() -> None:
+    from heapwatch.formats.dump import AgeClock, DumpHeader
+
+    header = DumpHeader("3.11.7", 1, 1.0, "exact", 0, 2, ages=AgeClock(5, 0.5, 10.0))
+    items = [((trace, age), route) for age, (trace, route) in enumerate(ROUTED)]
+    out = io.BytesIO()
+    write_dump(out, header, items, routes=NAMES)
+    dump = read_dump(io.BytesIO(out.getvalue()))
+    assert dump.traces == [trace for trace, _route in ROUTED]
+    assert dump.ages == list(range(len(ROUTED)))
+    assert dump.routes == [route for _trace, route in ROUTED]

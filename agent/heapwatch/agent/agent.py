@@ -60,6 +60,7 @@ from heapwatch.agent.contract import (
     Server,
 )
 from heapwatch.agent.cycle import CycleReaders, CycleSettings, CycleState, compose_cycle
+from heapwatch.agent.route_cycle import RouteNames
 from heapwatch.formats.leaks import LeakScore, LeakTracker
 from heapwatch.runtime.container import (
     ContainerMemory,
@@ -74,6 +75,8 @@ from heapwatch.runtime.procmem import (
     ProcessMemory,
     read_process_memory,
 )
+from heapwatch.runtime.route_names import name_of
+from heapwatch.runtime.routes import ROUTE_NONE, ROUTE_OTHER, folded_routes
 from heapwatch.runtime.source import CoreSource, SnapshotSource
 from heapwatch.runtime.threads import (
     Lifeline,
@@ -151,6 +154,10 @@ def _exporters_for(
 
 
 _IDLE, _RUNNING, _STOPPING, _STOPPED = "idle", "running", "stopping", "stopped"
+
+
+# The registry, as the cycle reads it.
+_ROUTE_NAMES = RouteNames(name_of, folded_routes, ROUTE_NONE, ROUTE_OTHER)
 
 
 class Agent:
@@ -246,6 +253,7 @@ class Agent:
         self._server: Server | None = None
         self._cycle_state = self._cycle_state.in_forked_child()  # a baseline of its own
         self._leaks: LeakTracker[tuple[str, int]] = LeakTracker(self.config.leak_window)
+        self._route_leaks: LeakTracker[str] = LeakTracker(self.config.leak_window)
         self._scores: Mapping[tuple[str, int], LeakScore] = {}
         self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
@@ -414,13 +422,16 @@ class Agent:
                 interval=self.config.interval,
                 sample_interval=self._sample_interval,
                 retain_snapshot=self.retain_last_snapshot,
+                top_routes=self.config.top_routes,
             ),
             CycleReaders(
                 clock=self._clock,
                 timer=self._timer,
                 memory=self._read_memory,
                 container=self._read_container_memory,
+                routes=_ROUTE_NAMES,
             ),
+            route_tracker=self._route_leaks,
         )
         self._cycle_state = cycle.state
         self._scores = cycle.scores

@@ -58,6 +58,7 @@ __all__ = [
     "Frames",
     "PathArg",
     "RawTrace",
+    "RoutedTrace",
     "encode_str",
     "header_problem",
     "is_int",
@@ -72,6 +73,9 @@ Frames = tuple[tuple[str, int], ...]
 #: snapshot it was recorded, as ``heapwatch._core.Snapshot.traces(ages=True)``
 #: gives it; None for a trace of a dump that carries no ages.
 AgedTrace = tuple[RawTrace, Union[int, None]]
+#: A trace (aged or not) with its route id (format 1.2; 0: no route), as
+#: ``write_dump(routes=...)`` takes them.
+RoutedTrace = tuple[Union[RawTrace, AgedTrace], int]
 PathArg = Union[str, "os.PathLike[str]"]
 
 #: The format's major version: a reader refuses files of a newer major version.

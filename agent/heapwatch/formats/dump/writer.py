@@ -48,6 +48,7 @@ from heapwatch.formats.dump.format import (
     Frames,
     PathArg,
     RawTrace,
+    RoutedTrace,
     encode_str,
     header_problem,
     is_int,
@@ -140,7 +141,7 @@ def _header_record(header: DumpHeader) -> bytes:
 def write_dump(
     target: Union[PathArg, BinaryIO],
     header: DumpHeader,
-    traces: Union[Iterable[RawTrace], Iterable[AgedTrace]],
+    traces: Union[Iterable[RawTrace], Iterable[AgedTrace], Iterable[RoutedTrace]],
     *,
     compress: bool = True,
     compresslevel: int = 1,
@@ -184,7 +185,7 @@ def write_dump(
 def _write(
     fp: BinaryIO,
     header: DumpHeader,
-    traces: Union[Iterable[RawTrace], Iterable[AgedTrace]],
+    traces: Union[Iterable[RawTrace], Iterable[AgedTrace], Iterable[RoutedTrace]],
     compress: bool,
     level: int,
     *,
@@ -217,7 +218,7 @@ def _write(
             if routes is not None:
                 trace, route = trace
             if max_age >= 0:
-                trace, age = item
+                trace, age = trace
                 if age != last_age:
                     # A trace is no older than the epochs before the dump's.
                     if not (type(age) is int and 0 <= age <= max_age):
