@@ -32,6 +32,7 @@ __all__ = ["RouteCycle", "RouteNames", "RouteState", "compose_routes"]
 Key = tuple[str, int]
 
 _NO_SIZES: Mapping[str, int] = MappingProxyType({})
+_ZEROES = bytes(256)
 
 
 class RouteNames(NamedTuple):
@@ -186,13 +187,26 @@ def _route_ages(
     """(route, bytes, blocks, bytes by age) of the candidates that may be
     watched: one grouping masked to each one's tracebacks, so only a few
     (twice the routes exported, and <none>)."""
+    chosen = [
+        name
+        for name in candidates
+        if totals[name][0] >= FLOOR_BYTES or (name in watched and totals[name][0] >= WATCH_LOW)
+    ]
+    # Each traceback's candidate as one byte (0: none), in one pass; each
+    # mask is then a translation of it, in C (a pass per candidate in
+    # Python was half the route step's time at 200,000 traces).
+    number = {name: index for index, name in enumerate(chosen, start=1)}
+    code_of = {rid: number.get(name, 0) for rid, name in name_of.items()}
     live = ids[: snapshot.ntracebacks]
+    one_byte = len(chosen) < len(_ZEROES)
+    codes = bytes([code_of.get(rid, 0) for rid in live]) if one_byte else b""
     out: list[tuple[str, int, int, Sequence[int]]] = []
-    for name in candidates:
-        size = totals[name][0]
-        if size < FLOOR_BYTES and not (name in watched and size >= WATCH_LOW):
-            continue
-        mask = bytes(name_of.get(rid) == name for rid in live)
+    for index, name in enumerate(chosen, start=1):
+        if one_byte:
+            # The table that turns this candidate's byte into 1, any other into 0.
+            mask = codes.translate(_ZEROES[:index] + b"\x01" + _ZEROES[index + 1 :])
+        else:
+            mask = bytes(name_of.get(rid) == name for rid in live)
         histogram: list[int] = []
         count = 0
         size = 0
