@@ -19,10 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agent_cycle import LiveHeap  # noqa: E402
-
-from heapwatch import Agent, AgentConfig, _core  # noqa: E402
-from heapwatch.runtime.routes import current_route, route_id  # noqa: E402
+from agent_cycle import LiveHeap
+from heapwatch import Agent, AgentConfig, _core
+from heapwatch.runtime.routes import current_route, route_id
 
 
 def populate(heap: LiveHeap, routes: int) -> None:
