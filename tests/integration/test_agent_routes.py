@@ -8,6 +8,7 @@ import io
 import json
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,9 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 import heapwatch
 from heapwatch import _core
 from heapwatch.agent.agent import Agent
+from heapwatch.agent.config import AgentConfig
 from heapwatch.formats.dump import read_dump
 from heapwatch.formats.pprof import ROUTE_LABEL, decode_profile
 from heapwatch.runtime.routes import current_route, route_id
+from heapwatch.server.dumps import DumpService
 from support.waiting import wait_for
 
 MIB = 1 << 20
@@ -138,4 +141,22 @@ def test_routes_land_on_their_series_top_dump_and_pprof(agent: Agent) -> None:
         if strings[label["key"]] == ROUTE_LABEL
     }
     assert {"/items/{id}", "/users/{uid}"} <= labelled
+    del kept
+
+
+def test_the_dump_services_files_name_each_traces_route(agent: Agent, tmp_path: Path) -> None:
+    # The dump service's own path (signal, black box): batches of one route.
+    kept: list[bytearray] = []
+    keep(kept, "/items/{id}", 2)
+    keep(kept, None, 1)
+    service = DumpService(AgentConfig(dump_dir=str(tmp_path)))
+    dump = read_dump(service.dump_to_directory("test", batch=1))
+    assert dump.routes is not None
+    by_route: dict[str, int] = {}
+    for trace, rid in zip(dump.traces, dump.routes):
+        if trace[2][0] == (__file__, LINE):
+            name = dump.route_names.get(rid, "<none>")
+            by_route[name] = by_route.get(name, 0) + trace[1]
+    assert close(agent, by_route["/items/{id}"], 2)
+    assert close(agent, by_route["<none>"], 1)
     del kept
