@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from types import FrameType
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, overload
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -122,17 +122,31 @@ class ModelSnapshot:
         """As the core: the route of each row of tracebacks()."""
         return [row[0] for row in self._rows]
 
+    @overload
+    def tracebacks(
+        self, names: bool = False, peaks: Literal[False] = False, allocs: Literal[False] = False
+    ) -> list[_core.RawTracebackInfo]: ...
+    @overload
     def tracebacks(
         self, names: bool = False, peaks: bool = False, *, allocs: Literal[True]
-    ) -> list[_core.RawTracebackAllocInfo]:
-        """As the core with allocs=True: the model's sites allocated what
-        they hold and never freed (a site's peak on its first row)."""
-        rows: list[_core.RawTracebackAllocInfo] = []
+    ) -> list[_core.RawTracebackAllocInfo]: ...
+    def tracebacks(
+        self, names: bool = False, peaks: bool = False, allocs: bool = False
+    ) -> list[Any]:
+        """As the core: one row per site and route (a frame with a name with
+        names=True), in the order of routes(); with allocs=True the model's
+        sites allocated what they hold and never freed (a site's peak on its
+        first row)."""
+        rows: list[Any] = []
         seen: set[Key] = set()
         for _route, key, size, count, _histogram in self._rows:
+            frame = (*key, "model") if names else key
+            if not allocs:
+                rows.append((0, (frame,), 1, size, count))
+                continue
             peak = 0 if key in seen else self._groups.site_peaks.get(key, 0)
             seen.add(key)
-            rows.append((0, (key,), 1, size, count, peak, size, count))
+            rows.append((0, (frame,), 1, size, count, peak, size, count))
         return rows
 
     @property

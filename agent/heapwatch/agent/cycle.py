@@ -102,6 +102,8 @@ class CycleSettings(NamedTuple):
     """Whether to keep a snapshot (without traces) for ``last_snapshot()``."""
     top_routes: int = 0
     """Routes exported by size (and as many more as suspects); 0: none."""
+    stacks: bool = False
+    """Whether to read the snapshot's memory by stack, names resolved."""
 
 
 class CycleReaders(NamedTuple):
@@ -132,6 +134,8 @@ class Cycle(NamedTuple):
     """The leak score of every site the tracker keeps."""
     last_snapshot: tuple[Any, float] | None
     """A snapshot without traces and its unix time, when asked for."""
+    stacks: list[Any] | None = None
+    """The snapshot's ``tracebacks(names=True)``, when asked for."""
 
 
 def begins_epoch(current: int, began: EpochStart | None, now: float, interval: float) -> bool:
@@ -276,6 +280,7 @@ def compose_cycle(
     # figures of one moment.
     memory = readers.memory()
     container = readers.container()
+    stacks = snapshot.tracebacks(names=True) if settings.stacks else None
     # Releases code objects no trace refers to any more.
     source.drain()
     # The diff's baseline needs no traces: a snapshot of its own (a pass over
@@ -319,7 +324,7 @@ def compose_cycle(
         epoch_began=began,
         routes=route_cycle.state if route_cycle is not None else previous.routes,
     )
-    return Cycle(result, state, scores, last_snapshot)
+    return Cycle(result, state, scores, last_snapshot, stacks)
 
 
 def _allocated_by_site(
