@@ -61,6 +61,7 @@ from heapwatch.agent.contract import (
 )
 from heapwatch.agent.cycle import CycleReaders, CycleSettings, CycleState, compose_cycle
 from heapwatch.formats.leaks import LeakScore, LeakTracker
+from heapwatch.runtime import route_labels
 from heapwatch.runtime.container import (
     ContainerMemory,
     MemoryCgroup,
@@ -220,6 +221,9 @@ class Agent:
         self._cycle_state = CycleState()
         self._init_state()
         self._owns_tracing = False
+        # Whether this agent switched the core's route labels on (sample
+        # mode only: docs/design/routes.md says why not in exact mode).
+        self._labels_routes = False
         self._fork_hook_registered = False
         self._restart_hook_registered = False
         self._restart_pending = False
@@ -373,6 +377,9 @@ class Agent:
             # runtime that moves it is rare enough to cost a restart).
             self._cgroup = self._find_cgroup()
             self._state = _RUNNING
+            if mode == "sample":
+                route_labels.enable()
+                self._labels_routes = True
         self._register_process_hooks()
         try:
             self._start_components()
@@ -405,6 +412,8 @@ class Agent:
 
     def _cycle(self) -> CycleResult:
         # Under _cycle_lock: one cycle at a time hands its state to the next.
+        if self._labels_routes:
+            route_labels.poll()  # the service may have set up OpenTelemetry since
         cycle = compose_cycle(
             self._source,
             self._cycle_state,
@@ -603,6 +612,9 @@ class Agent:
                 _shutdown_failed(exporter, exc)
         # At exit the core's own atexit hook stops recording; freeing the
         # tables there would only cost time.
+        if self._labels_routes:
+            self._labels_routes = False
+            route_labels.disable()
         if self._owns_tracing and not at_exit:
             try:
                 self._source.stop()
