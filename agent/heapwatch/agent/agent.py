@@ -64,6 +64,7 @@ from heapwatch.agent.cycle import CycleReaders, CycleSettings, CycleState, compo
 from heapwatch.agent.route_cycle import RouteNames
 from heapwatch.formats.leaks import LeakScore, LeakTracker
 from heapwatch.formats.view import fold_stacks
+from heapwatch.runtime import route_labels
 from heapwatch.runtime.container import (
     ContainerMemory,
     MemoryCgroup,
@@ -239,6 +240,9 @@ class Agent:
         self._cycle_state = CycleState()
         self._init_state()
         self._owns_tracing = False
+        # Whether this agent switched the core's route labels on (sample
+        # mode only: docs/design/routes.md says why not in exact mode).
+        self._labels_routes = False
         self._fork_hook_registered = False
         self._restart_hook_registered = False
         self._restart_pending = False
@@ -400,6 +404,9 @@ class Agent:
             # runtime that moves it is rare enough to cost a restart).
             self._cgroup = self._find_cgroup()
             self._state = _RUNNING
+            if mode == "sample":
+                route_labels.enable()
+                self._labels_routes = True
         self._register_process_hooks()
         try:
             self._start_components()
@@ -434,6 +441,8 @@ class Agent:
         # Under _cycle_lock: one cycle at a time hands its state to the next.
         last_point = self._stack_points[-1] if self._stack_points else None
         since = self._clock() - last_point.timestamp if last_point is not None else None
+        if self._labels_routes:
+            route_labels.poll()  # the service may have set up OpenTelemetry since
         cycle = compose_cycle(
             self._source,
             self._cycle_state,
@@ -641,6 +650,9 @@ class Agent:
                 _shutdown_failed(exporter, exc)
         # At exit the core's own atexit hook stops recording; freeing the
         # tables there would only cost time.
+        if self._labels_routes:
+            self._labels_routes = False
+            route_labels.disable()
         if self._owns_tracing and not at_exit:
             try:
                 self._source.stop()
