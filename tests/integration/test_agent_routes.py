@@ -100,11 +100,14 @@ def test_routes_land_on_their_series_top_dump_and_pprof(agent: Agent) -> None:
     routes = {route.name: route for route in result.routes}
     # The top route by name, then <none>, then <other> (the second route).
     assert list(routes) == ["/items/{id}", "<none>", "<other>"]
-    assert close(agent, routes["/items/{id}"].size, 6)
+    # (the route holds its line's blocks and whatever else was allocated
+    # while it was set: the list's growth, sampled or not)
+    assert routes["/items/{id}"].size >= 6 * MIB * (1 - 1e-6)
     assert routes["<other>"].size >= 0.9 * 3 * MIB
     assert sum(route.size for route in result.routes) == result.traced
     [site] = [s for s in result.route_sites if (s.file, s.line) == (__file__, LINE)]
     assert site.route == "/items/{id}"
+    assert close(agent, site.size, 6)
     # /metrics
     text = get(agent, "/metrics").decode()
     series = {
@@ -117,8 +120,8 @@ def test_routes_land_on_their_series_top_dump_and_pprof(agent: Agent) -> None:
     # /debug/heapwatch/top?key_type=route: every route, by name
     top = json.loads(get(agent, "/debug/heapwatch/top?key_type=route&format=json"))
     sizes = {stat["route"]: stat["size"] for stat in top["stats"]}
-    assert close(agent, sizes["/items/{id}"], 6)
-    assert close(agent, sizes["/users/{uid}"], 3)
+    assert sizes["/items/{id}"] >= 6 * MIB * (1 - 1e-6)
+    assert sizes["/users/{uid}"] >= 3 * MIB * (1 - 1e-6)
     # a dump names each trace's route
     dump = read_dump(io.BytesIO(get(agent, "/debug/heapwatch/snapshot")))
     assert dump.routes is not None
