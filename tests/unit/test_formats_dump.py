@@ -474,6 +474,7 @@ def test_public_interface() -> None:
             "DumpError",
             "DumpHeader",
             "RawTrace",
+            "RoutedTrace",
             "iter_dump",
             "process_header",
             "read_dump",
