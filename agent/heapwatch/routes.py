@@ -28,7 +28,6 @@ import functools
 import inspect
 import sys
 from collections.abc import Iterable, Iterator
-from contextvars import Token
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
@@ -57,6 +56,20 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _enter(rid: int) -> int:
+    """Sets the route; returns the one to set back on leaving.
+
+    Set back, not reset with a token: a reset to "never set" deletes the
+    variable from the context, and the core, reading it while CPython
+    deletes it, caches a value of the context being replaced (see
+    docs/design/routes.md).  The route left set is the one it had, so
+    readers see no difference.
+    """
+    previous = current_route.get()
+    current_route.set(rid)
+    return previous
+
+
 class route:  # lower case: used like a function, with route("/x"): and @route("/x")
     """The allocations made inside are labelled ``name``.
 
@@ -68,10 +81,10 @@ class route:  # lower case: used like a function, with route("/x"): and @route("
     def __init__(self, name: str) -> None:
         self.name = name
         self._rid = route_id(name)
-        self._tokens: list[Token[int]] = []
+        self._previous: list[int] = []
 
     def __enter__(self) -> route:
-        self._tokens.append(current_route.set(self._rid))
+        self._previous.append(_enter(self._rid))
         return self
 
     def __exit__(
@@ -80,7 +93,7 @@ class route:  # lower case: used like a function, with route("/x"): and @route("
         value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        current_route.reset(self._tokens.pop())
+        current_route.set(self._previous.pop())
 
     def __call__(self, function: F) -> F:
         rid = self._rid
@@ -88,21 +101,21 @@ class route:  # lower case: used like a function, with route("/x"): and @route("
 
             @functools.wraps(function)
             async def labelled_coroutine(*args: Any, **kwargs: Any) -> Any:
-                token = current_route.set(rid)
+                previous = _enter(rid)
                 try:
                     return await function(*args, **kwargs)
                 finally:
-                    current_route.reset(token)
+                    current_route.set(previous)
 
             return labelled_coroutine  # type: ignore[return-value]
 
         @functools.wraps(function)
         def labelled(*args: Any, **kwargs: Any) -> Any:
-            token = current_route.set(rid)
+            previous = _enter(rid)
             try:
                 return function(*args, **kwargs)
             finally:
-                current_route.reset(token)
+                current_route.set(previous)
 
         return labelled  # type: ignore[return-value]
 
@@ -137,11 +150,11 @@ class WSGIMiddleware:
                 rid = _rid_or_none(self.route_of(environ))
             except Exception:
                 rid = ROUTE_NONE
-        token = current_route.set(rid)
+        previous = _enter(rid)
         try:
             body = self.app(environ, start_response)
         finally:
-            current_route.reset(token)
+            current_route.set(previous)
         return _LabelledBody(body, rid) if rid != ROUTE_NONE else body
 
 
@@ -157,22 +170,22 @@ class _LabelledBody:
         return self
 
     def __next__(self) -> bytes:
-        token = current_route.set(self._rid)
+        previous = _enter(self._rid)
         try:
             if self._iterator is None:
                 self._iterator = iter(self._body)
             return next(self._iterator)
         finally:
-            current_route.reset(token)
+            current_route.set(previous)
 
     def close(self) -> None:
         close = getattr(self._body, "close", None)
         if close is not None:
-            token = current_route.set(self._rid)
+            previous = _enter(self._rid)
             try:
                 close()
             finally:
-                current_route.reset(token)
+                current_route.set(previous)
 
     def __getattr__(self, name: str) -> Any:
         # wsgi.file_wrapper's servers look for the wrapped file.
@@ -220,11 +233,11 @@ class ASGIMiddleware:
             rid = _rid_or_none(self.route_of(scope))
         except Exception:
             rid = ROUTE_NONE
-        token = current_route.set(rid)
+        previous = _enter(rid)
         try:
             await self.app(scope, receive, send)
         finally:
-            current_route.reset(token)
+            current_route.set(previous)
 
 
 def _starlette_route(scope: dict[str, Any]) -> str | None:

@@ -39,9 +39,11 @@ class RouteSpanProcessor:
 
     def __init__(self) -> None:
         self.active = True
-        # span_id -> route id of the spans started and not ended, so a child
-        # finds its parent's route; bounded as the core's table is.
-        self._routes: dict[int, int] = {}
+        # span_id -> (route id, the span) of the spans started and not
+        # ended, so a child finds its parent's route, and on_end, which the
+        # SDK gives a ReadableSpan copy, forgets the started span's address
+        # in the core; bounded as the core's table is.
+        self._routes: dict[int, tuple[int, Any]] = {}
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         if not self.active:
@@ -49,7 +51,7 @@ class RouteSpanProcessor:
         try:
             rid = self._route_of(span, parent_context)
             if rid != ROUTE_NONE and len(self._routes) < _core.SPAN_ROUTES:
-                self._routes[span.get_span_context().span_id] = rid
+                self._routes[span.get_span_context().span_id] = (rid, span)
                 _core.span_route(span, rid)
         except Exception:  # never into the host's request
             log.debug("heapwatch could not read a span's route", exc_info=True)
@@ -62,12 +64,14 @@ class RouteSpanProcessor:
         from opentelemetry import trace  # noqa: PLC0415 (imported already: it calls us)
 
         parent = trace.get_current_span(parent_context).get_span_context()
-        return self._routes.get(parent.span_id, ROUTE_NONE) if parent.is_valid else ROUTE_NONE
+        found = self._routes.get(parent.span_id) if parent.is_valid else None
+        return found[0] if found is not None else ROUTE_NONE
 
     def on_end(self, span: Any) -> None:
         try:
-            if self._routes.pop(span.get_span_context().span_id, None) is not None:
-                _core.span_route(span, ROUTE_NONE)
+            found = self._routes.pop(span.get_span_context().span_id, None)
+            if found is not None:
+                _core.span_route(found[1], ROUTE_NONE)
         except Exception:
             log.debug("heapwatch could not forget a span's route", exc_info=True)
 
