@@ -160,3 +160,17 @@ def test_a_suspect_past_the_top_routes_gets_its_series() -> None:
     assert list(routes) == ["/users/{uid}", "/items/{id}", "<none>", "<other>"]
     assert routes["/items/{id}"].leak_score is not None
     assert routes["/items/{id}"].leak_score >= SUSPECT
+
+
+def test_once_seen_routes_keep_their_series_when_their_memory_is_gone() -> None:
+    run = Run()
+    run.source.allocate("view.py", 3, 800, route=2)
+    run.source.allocate("boot.py", 1, 200)
+    run.cycle()
+    run.source.free("view.py", 3, 800, route=2)
+    result = run.cycle().result
+    # <none> and <other> stay (a dashboard's lines do not vanish), and the
+    # route that held the memory is gone from the top: its fall is <other>'s.
+    assert [route.name for route in result.routes] == ["<none>", "<other>"]
+    assert by_name(result.routes)["<other>"].growth == -800
+    assert sum(route.size for route in result.routes) == result.traced == 200
