@@ -57,6 +57,9 @@ LAYERS: list[tuple[str, int, str]] = [
     ("heapwatch.cli", 6, "cli"),
     ("heapwatch.__main__", 6, "cli"),
     ("heapwatch", 6, "face"),
+    # The public way to label requests with routes (middlewares, route()):
+    # the face, over the runtime's registry, as users import it directly.
+    ("heapwatch.routes", 6, "face"),
     ("_heapwatch_pth", 6, "face"),
 ]
 # Prefixes that stand for one module only, not the modules below them: a new

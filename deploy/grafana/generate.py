@@ -46,6 +46,10 @@ SITE_LABELS = "job, code_file_path, code_line_number"
 INSTANCE_SITE_LABELS = "job, instance, code_file_path, code_line_number"
 SITE_LEGEND = "{{code_file_path}}:{{code_line_number}}"
 TOP = 10
+# Routes (issue 26): http_route is the request's route template; "<none>" is
+# memory allocated outside any request, "<other>" the routes past the
+# agent's HEAPWATCH_TOP_ROUTES.
+ROUTE_LEGEND = "{{http_route}}"
 # A container, as the container alerts of heapwatch-rules.yml name it: every
 # process of one reports the same container figures, so one series per
 # container.  host is the instance without its port (the machine, or the
@@ -152,6 +156,23 @@ def leak_rate_query() -> str:
     return (
         f"max by ({INSTANCE_SITE_LABELS}) (\n  {rate}\n  and on ({INSTANCE_SITE_LABELS}) {score}\n)"
     )
+
+
+def leak_route_query() -> str:
+    """The route whose requests hold the most of each suspect line (from the
+    top lines of the top routes), with its bytes of it: no row where the
+    service labels no request or the line is none of its top routes'."""
+    route = f"heapwatch_route_lineno_size_bytes{{{SITES}}}"
+    score = f"heapwatch_lineno_leak_score{{{SITES}}} >= {LEAK_SUSPECT:g}"
+    most = f"topk by ({INSTANCE_SITE_LABELS}) (1, {route})"
+    return (
+        f"max by ({INSTANCE_SITE_LABELS}, http_route) (\n"
+        f"  {most}\n  and on ({INSTANCE_SITE_LABELS}) {score}\n)"
+    )
+
+
+def memory_by_route_query() -> str:
+    return f"sum by (job, http_route) (heapwatch_route_size_bytes{{{SELECTOR}}})"
 
 
 def peak_sites_query() -> str:
@@ -453,13 +474,16 @@ def leak_suspects_panel() -> table.Panel:
             "the span that scored). The score is 0 to 1: memory that survives and "
             "grows steadily, far above its noise (a cache filling then "
             "stopping, a batch, churn stay low). The HeapwatchLeakSuspect alert "
-            "fires on the same score (deploy/README.md). As of the end of the "
-            "time range. "
+            "fires on the same score (deploy/README.md). The route is the one "
+            "whose requests hold the most of the line, with its bytes of it (where "
+            "the service labels its requests, and the line is among the top lines of "
+            "the agent's top routes). As of the end of the time range. "
             "Take a dump of the instance to see the tracebacks."
         )
         .datasource(DATASOURCE)
         .with_target(instant(leak_score_query(), SITE_LEGEND, "A").format(PromQueryFormat.TABLE))
         .with_target(instant(leak_rate_query(), SITE_LEGEND, "B").format(PromQueryFormat.TABLE))
+        .with_target(instant(leak_route_query(), SITE_LEGEND, "C").format(PromQueryFormat.TABLE))
         .with_transformation(models.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(
             models.DataTransformerConfig(
@@ -473,6 +497,8 @@ def leak_suspects_panel() -> table.Panel:
                         "code_line_number": 3,
                         "Value #A": 4,
                         "Value #B": 5,
+                        "http_route": 6,
+                        "Value #C": 7,
                     },
                     "renameByName": {
                         "code_file_path": "file",
@@ -481,12 +507,34 @@ def leak_suspects_panel() -> table.Panel:
                         # No unit per column: the schema this dashboard is
                         # checked against refuses field overrides' values.
                         "Value #B": "rate (B/s)",
+                        "http_route": "route",
+                        "Value #C": "route's bytes",
                     },
                 },
             )
         )
         .sort_by([common_builders.TableSortByFieldState().display_name("score").desc(True)])
         .filterable(True)
+        .height(9)
+        .span(24)
+    )
+
+
+def memory_by_route_panel() -> timeseries.Panel:
+    return (
+        lines(timeseries.Panel())
+        .title("Memory by route")
+        .description(
+            "Traced memory by the route of the request it was allocated for "
+            "(http.route, from OpenTelemetry or heapwatch's middleware; sample "
+            'mode), summed over the chosen instances: "<none>" was allocated '
+            'outside any request, "<other>" sums the routes past the agent\'s '
+            "HEAPWATCH_TOP_ROUTES. Empty when the service labels no request."
+        )
+        .datasource(DATASOURCE)
+        .with_target(query(memory_by_route_query(), ROUTE_LEGEND, "A"))
+        .unit("bytes")
+        .min(0)
         .height(9)
         .span(24)
     )
@@ -624,7 +672,7 @@ def build() -> dashboard_builders.Dashboard:
             "Python heap of services running the heapwatch agent: traced memory, "
             "the memory it cannot attribute, the container's memory against its "
             "limit, top and growing allocation sites, "
-            "leak suspects, what made each peak, and the tracer's cost."
+            "leak suspects, memory by route, what made each peak, and the tracer's cost."
         )
         .tags(["heapwatch", "python", "memory"])
         .editable()
@@ -643,6 +691,7 @@ def build() -> dashboard_builders.Dashboard:
         top_sites_panel(),
         fastest_growing_panel(),
         leak_suspects_panel(),
+        memory_by_route_panel(),
         peak_sites_panel(),
         top_sites_over_time_panel(),
         tracer_memory_panel(),

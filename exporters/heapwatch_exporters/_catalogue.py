@@ -13,15 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Callable, NamedTuple
 
-from heapwatch.agent.interface import Readings, Site
+from heapwatch.agent.interface import Readings, Route, Site
 
 __all__ = [
     "CATALOGUE",
     "LABEL_FILE",
     "LABEL_LINE",
+    "LABEL_ROUTE",
     "NATIVE_HEAP_STATES",
     "OTEL_ATTRIBUTE_FILE",
     "OTEL_ATTRIBUTE_LINE",
+    "OTEL_ATTRIBUTE_ROUTE",
     "PRESSURE_KINDS",
     "Metric",
 ]
@@ -30,6 +32,10 @@ LABEL_FILE = "code_file_path"
 LABEL_LINE = "code_line_number"
 OTEL_ATTRIBUTE_FILE = "code.file.path"
 OTEL_ATTRIBUTE_LINE = "code.line.number"
+# The route a request's memory was allocated for: OpenTelemetry's http.route
+# (a template, never a raw path), as Prometheus spells a label.
+LABEL_ROUTE = "http_route"
+OTEL_ATTRIBUTE_ROUTE = "http.route"
 # heapwatch_native_heap_bytes{state=...}: the C allocator's heap, in use or
 # free but retained.
 NATIVE_HEAP_STATES = ("in_use", "retained")
@@ -102,6 +108,31 @@ def _previous_black_box(readings: Readings) -> Mapping[SeriesKey, float] | None:
     file, line = box.site if box.site is not None else ("", 0)
     name = box.path.rsplit("/", 1)[-1]
     return {(name, box.threshold, file, line): box.timestamp}
+
+
+def _routes(
+    read: Callable[[Route], float | None],
+) -> Callable[[Readings], Mapping[SeriesKey, float] | None]:
+    def series(readings: Readings) -> Mapping[SeriesKey, float] | None:
+        result = readings.result
+        if result is None:
+            return None
+        figures = ((route.name, read(route)) for route in result.routes)
+        return {(name,): figure for name, figure in figures if figure is not None}
+
+    return series
+
+
+def _route_sites(readings: Readings) -> Mapping[SeriesKey, float] | None:
+    result = readings.result
+    if result is None:
+        return None
+    return {(site.route, site.file, site.line): site.size for site in result.route_sites}
+
+
+def _routes_folded(readings: Readings) -> float | None:
+    result = readings.result
+    return None if result is None or not result.routes else result.routes_folded
 
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -207,6 +238,78 @@ CATALOGUE: tuple[Metric, ...] = (
         "How fast each site's memory grew over the span its leak score was found on "
         "(a least-squares slope; 0 when it did not grow).",
         site_value=lambda s: s.leak_rate,
+    ),
+    Metric(
+        "heapwatch.route.size",
+        "By",
+        "heapwatch_route_size_bytes",
+        "bytes",
+        "gauge",
+        "Live bytes allocated for each of the top routes (the http.route of the request "
+        'being served when they were allocated, in sample mode): http_route="<none>" was '
+        'allocated outside any request, http_route="<other>" sums the other routes, so a '
+        "sum() equals heapwatch_traced_bytes. Absent until some allocation has a route.",
+        series=_routes(lambda r: r.size),
+        series_labels=(LABEL_ROUTE,),
+        series_attributes=(OTEL_ATTRIBUTE_ROUTE,),
+    ),
+    Metric(
+        "heapwatch.route.growth",
+        "By",
+        "heapwatch_route_growth_bytes",
+        "bytes",
+        "gauge",
+        "Change of each route's live bytes since the previous cycle (0 on the first).",
+        series=_routes(lambda r: r.growth),
+        series_labels=(LABEL_ROUTE,),
+        series_attributes=(OTEL_ATTRIBUTE_ROUTE,),
+    ),
+    Metric(
+        "heapwatch.route.leak_score",
+        "1",
+        "heapwatch_route_leak_score",
+        "",
+        "gauge",
+        "How much the surviving memory allocated for each route looks like a leak, 0 to 1: "
+        "heapwatch_lineno_leak_score's score over the route's memory. Routes scoring at "
+        'least 0.5 get their series even outside the top routes; http_route="<other>" has '
+        "none.",
+        series=_routes(lambda r: r.leak_score),
+        series_labels=(LABEL_ROUTE,),
+        series_attributes=(OTEL_ATTRIBUTE_ROUTE,),
+    ),
+    Metric(
+        "heapwatch.route.leak_rate",
+        "By/s",
+        "heapwatch_route_leak_rate_bytes_per_second",
+        "bytes_per_second",
+        "gauge",
+        "How fast each route's memory grew over the span its leak score was found on.",
+        series=_routes(lambda r: r.leak_rate),
+        series_labels=(LABEL_ROUTE,),
+        series_attributes=(OTEL_ATTRIBUTE_ROUTE,),
+    ),
+    Metric(
+        "heapwatch.route.lineno.size",
+        "By",
+        "heapwatch_route_lineno_size_bytes",
+        "bytes",
+        "gauge",
+        "Live bytes allocated at each of the top 5 sites of each top route (by name: not "
+        "<none> nor <other>), for that route: which request holds a line's memory.",
+        series=_route_sites,
+        series_labels=(LABEL_ROUTE, LABEL_FILE, LABEL_LINE),
+        series_attributes=(OTEL_ATTRIBUTE_ROUTE, OTEL_ATTRIBUTE_FILE, OTEL_ATTRIBUTE_LINE),
+    ),
+    Metric(
+        "heapwatch.routes.folded",
+        "{route}",
+        "heapwatch_routes_folded_total",
+        "",
+        "counter",
+        "Route names refused because the registry of routes was full (their memory is "
+        "<other>'s): a service whose route names are raw paths, not templates, shows here.",
+        value=_routes_folded,
     ),
     Metric(
         "heapwatch.tracer.memory",

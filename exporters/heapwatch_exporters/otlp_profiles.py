@@ -29,6 +29,7 @@ from heapwatch._version import __version__
 from heapwatch.agent.config import AgentConfig, ConfigError
 from heapwatch.formats.otlp_profiles import encode_profiles_request
 from heapwatch.formats.pprof import go_heap_samples
+from heapwatch.runtime.route_names import name_of
 from heapwatch_exporters._push import TIMEOUT, ProfilePusher, Push
 from heapwatch_exporters._resource import resource_attributes
 
@@ -173,7 +174,7 @@ class OtlpProfilesExporter(ProfilePusher):
         if self._resource is None:  # read in the sender thread, once
             self._resource = resource_attributes()
         body = encode_profiles_request(
-            go_heap_samples(snap),
+            go_heap_samples(snap, name_of),
             resource=self._resource,
             scope_version=__version__,
             mode=snap.mode,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from heapwatch.agent.config import AgentConfig, ConfigError
 from heapwatch.formats.pprof import encode_go_heap_profile
+from heapwatch.runtime.route_names import name_of
 from heapwatch_exporters._push import ProfilePusher, Push
 from heapwatch_exporters._resource import UNKNOWN_SERVICE, service_attributes
 
@@ -92,7 +93,7 @@ class PyroscopeExporter(ProfilePusher):
             self._attributes = service_attributes()
             self._comment = f"heapwatch pid {os.getpid()} on {socket.gethostname()}"
         body = encode_go_heap_profile(
-            snap, default_sample_type="inuse_space", comments=[self._comment]
+            snap, default_sample_type="inuse_space", comments=[self._comment], route_name=name_of
         )
         return ingest_url(self.url, self._attributes, start, end), body, {}
 

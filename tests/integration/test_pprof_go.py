@@ -182,3 +182,28 @@ def test_empty_profile(go: tuple[str, dict[str, str], Path], tmp_path: Path) -> 
     output = run_pprof(go, "-top", write_profile(tmp_path, "empty.pb.gz", []))
     assert "Showing nodes accounting for 0, 0% of 0 total" in output
     assert top_rows(output) == []
+
+
+def test_routes_are_string_labels_that_tagfocus_selects(
+    go: tuple[str, dict[str, str], Path], tmp_path: Path
+) -> None:
+    # Given the same line reached from two routes, and memory of no request
+    frames = [("/srv/shared.py", 9, "serialize"), ("/srv/app.py", 3, "<module>")]
+    samples = [
+        HeapSample(frames, count=30, size=6 * MIB, route="/items/{id}"),
+        HeapSample(frames, count=10, size=2 * MIB, route="/users/<int:uid>"),
+        HeapSample(frames, count=5, size=1 * MIB),
+    ]
+    profile = write_profile(tmp_path, "routes.pb.gz", samples)
+    # When pprof lists the tags, every route is there with its bytes
+    tags = run_pprof(go, "-tags", "-sample_index=inuse_space", profile)
+    print(tags)
+    assert re.search(r"http\.route: Total 8\.0MB", tags), tags
+    assert re.search(r"6\.0MB \(75\.00%\): /items/\{id\}", tags), tags
+    assert re.search(r"2\.0MB \(25\.00%\): /users/<int:uid>", tags), tags
+    # and -tagfocus keeps one route's memory only
+    focused = run_pprof(
+        go, "-top", "-unit=B", "-tagfocus=http.route=/items/", "-sample_index=inuse_space", profile
+    )
+    assert f"Showing nodes accounting for {6 * MIB}B" in focused, focused
+    assert top_rows(focused)[0] == (f"{6 * MIB}B", f"{6 * MIB}B", "serialize")

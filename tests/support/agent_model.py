@@ -88,15 +88,39 @@ class ModelSnapshot:
         peaks: Mapping[Key, int],
         histograms: Mapping[Key, tuple[int, ...]],
         epoch: int = 0,
+        *,
+        routed: Mapping[tuple[int, Key], tuple[int, int]] | None = None,
+        routed_histograms: Mapping[tuple[int, Key], tuple[int, ...]] | None = None,
     ) -> None:
         self._groups = ModelGroups(sites, peaks, histograms)
         self.epoch = epoch
         self.traced, self.blocks = self._groups.total
         self.peak = peak
+        self._rows = _route_rows(sites, histograms, routed or {}, routed_histograms or {})
 
-    def group(self, key_type: str, *, ages: bool = False) -> ModelGroups:
-        assert key_type == "lineno"
-        return self._groups
+    @property
+    def ntracebacks(self) -> int:
+        return len(self._rows)
+
+    def group(self, key_type: str, *, mask: bytes | None = None, ages: bool = False) -> ModelGroups:
+        assert key_type in ("lineno", "filename")
+        if mask is None:
+            assert key_type == "lineno"
+            return self._groups
+        assert len(mask) == len(self._rows)
+        sites: dict[Key, tuple[int, int]] = {}
+        histograms: dict[Key, tuple[int, ...]] = {}
+        for keep, (_route, key, size, count, histogram) in zip(mask, self._rows):
+            if keep:
+                old_size, old_count = sites.get(key, (0, 0))
+                sites[key] = (old_size + size, old_count + count)
+                old = histograms.get(key, (0,) * AGE_BUCKETS)
+                histograms[key] = tuple(a + b for a, b in zip(old, histogram))
+        return ModelGroups(sites, None, histograms)
+
+    def routes(self, peaks: bool = False, allocs: bool = False) -> list[int]:
+        """As the core: the route of each row of tracebacks()."""
+        return [row[0] for row in self._rows]
 
     @overload
     def tracebacks(
@@ -109,22 +133,48 @@ class ModelSnapshot:
     def tracebacks(
         self, names: bool = False, peaks: bool = False, allocs: bool = False
     ) -> list[Any]:
-        """As the core: one frame per site (a name with names=True); with
-        allocs=True the model's sites allocated what they hold and never
-        freed."""
-        if not allocs:
-            return [
-                (0, ((*key, "model") if names else key,), 1, size, count)
-                for key, (size, count) in self._groups.sites.items()
-            ]
-        return [
-            (0, (key,), 1, size, count, self._groups.site_peaks.get(key, 0), size, count)
-            for key, (size, count) in self._groups.sites.items()
-        ]
+        """As the core: one row per site and route (a frame with a name with
+        names=True), in the order of routes(); with allocs=True the model's
+        sites allocated what they hold and never freed (a site's peak on its
+        first row)."""
+        rows: list[Any] = []
+        seen: set[Key] = set()
+        for _route, key, size, count, _histogram in self._rows:
+            frame = (*key, "model") if names else key
+            if not allocs:
+                rows.append((0, (frame,), 1, size, count))
+                continue
+            peak = 0 if key in seen else self._groups.site_peaks.get(key, 0)
+            seen.add(key)
+            rows.append((0, (frame,), 1, size, count, peak, size, count))
+        return rows
 
     @property
     def allocs_folded(self) -> tuple[int, int, int]:
         return (0, 0, 0)
+
+
+def _route_rows(
+    sites: Mapping[Key, tuple[int, int]],
+    histograms: Mapping[Key, tuple[int, ...]],
+    routed: Mapping[tuple[int, Key], tuple[int, int]],
+    routed_histograms: Mapping[tuple[int, Key], tuple[int, ...]],
+) -> list[tuple[int, Key, int, int, tuple[int, ...]]]:
+    """(route, site, bytes, blocks, bytes by age) per traceback: a site's
+    routed memory on rows of their own, the rest on route 0's."""
+    rows = []
+    for key, (size, count) in sites.items():
+        histogram = list(histograms.get(key, (0,) * AGE_BUCKETS))
+        for (route, routed_key), (routed_size, routed_count) in routed.items():
+            if routed_key != key or not (routed_size or routed_count):
+                continue
+            routed_histogram = routed_histograms.get((route, key), (0,) * AGE_BUCKETS)
+            rows.append((route, key, routed_size, routed_count, routed_histogram))
+            size, count = size - routed_size, count - routed_count
+            histogram = [a - b for a, b in zip(histogram, routed_histogram)]
+        if size or count:
+            rows.append((0, key, size, count, tuple(histogram)))
+    return rows
 
 
 class ModelSource:
@@ -138,6 +188,9 @@ class ModelSource:
         # Each site's live bytes as [epoch, bytes] chunks, oldest first (a
         # free takes the youngest first); the agent's cycle moves the epoch.
         self.chunks: dict[Key, list[list[int]]] = {}
+        # What of them was allocated under a route (0: none), and its chunks.
+        self.routed: dict[tuple[int, Key], tuple[int, int]] = {}
+        self.routed_chunks: dict[tuple[int, Key], list[list[int]]] = {}
         self.epoch = 0
         self.tracing = False
         self.mode = mode
@@ -153,32 +206,40 @@ class ModelSource:
         self.wakeup: tuple[float, Callable[[], object]] | None = None
 
     # ---- the workload
-    def allocate(self, file: str, line: int, size: int, count: int = 1) -> None:
+    def allocate(self, file: str, line: int, size: int, count: int = 1, route: int = 0) -> None:
         old_size, old_count = self.sites.get((file, line), (0, 0))
         self.sites[(file, line)] = (old_size + size, old_count + count)
         self.chunks.setdefault((file, line), []).append([self.epoch, size])
+        if route:
+            key = (route, (file, line))
+            old_size, old_count = self.routed.get(key, (0, 0))
+            self.routed[key] = (old_size + size, old_count + count)
+            self.routed_chunks.setdefault(key, []).append([self.epoch, size])
         if self.traced > self.peak:
             self._mark_peak()
 
-    def free(self, file: str, line: int, size: int, count: int = 1) -> None:
+    def free(self, file: str, line: int, size: int, count: int = 1, route: int = 0) -> None:
+        """Frees the youngest of the site's memory (of ``route``'s, when given)."""
         old_size, old_count = self.sites[(file, line)]
         self.sites[(file, line)] = (old_size - size, old_count - count)
-        chunks, left = self.chunks[(file, line)], size
-        while left > 0:
-            taken = min(left, chunks[-1][1])
-            chunks[-1][1] -= taken
-            left -= taken
-            if not chunks[-1][1]:
-                chunks.pop()
+        _take_youngest(self.chunks[(file, line)], size)
+        if route:
+            key = (route, (file, line))
+            old_size, old_count = self.routed[key]
+            self.routed[key] = (old_size - size, old_count - count)
+            _take_youngest(self.routed_chunks[key], size)
 
     def histograms(self) -> dict[Key, tuple[int, ...]]:
-        out = {}
-        for key, chunks in self.chunks.items():
-            histogram = [0] * AGE_BUCKETS
-            for epoch, size in chunks:
-                histogram[age_bucket(self.epoch - epoch)] += size
-            out[key] = tuple(histogram)
-        return out
+        return {key: self._histogram(chunks) for key, chunks in self.chunks.items()}
+
+    def routed_histograms(self) -> dict[tuple[int, Key], tuple[int, ...]]:
+        return {key: self._histogram(chunks) for key, chunks in self.routed_chunks.items()}
+
+    def _histogram(self, chunks: list[list[int]]) -> tuple[int, ...]:
+        histogram = [0] * AGE_BUCKETS
+        for epoch, size in chunks:
+            histogram[age_bucket(self.epoch - epoch)] += size
+        return tuple(histogram)
 
     def _mark_peak(self) -> None:
         self.peak = self.traced
@@ -211,14 +272,20 @@ class ModelSource:
         if self.fail is not None:
             raise self.fail
         self.snapshots += 1
-        snapshot = ModelSnapshot(
-            self.sites, self.peak, self.peak_sites, self.histograms(), self.epoch
-        )
+        snapshot = self.snapshot(traces=True)
         self._mark_peak()
         return snapshot
 
     def snapshot(self, traces: bool) -> ModelSnapshot:
-        return ModelSnapshot(self.sites, self.peak, self.peak_sites, self.histograms(), self.epoch)
+        return ModelSnapshot(
+            self.sites,
+            self.peak,
+            self.peak_sites,
+            self.histograms(),
+            self.epoch,
+            routed=self.routed,
+            routed_histograms=self.routed_histograms(),
+        )
 
     def current_epoch(self) -> int:
         return self.epoch
@@ -261,6 +328,16 @@ if TYPE_CHECKING:
     # something of the core that the model lacks, or reads it differently.
     _groups: _core.GroupsLike = ModelGroups({})
     _source: SnapshotSource = ModelSource()
+
+
+def _take_youngest(chunks: list[list[int]], size: int) -> None:
+    left = size
+    while left > 0:
+        taken = min(left, chunks[-1][1])
+        chunks[-1][1] -= taken
+        left -= taken
+        if not chunks[-1][1]:
+            chunks.pop()
 
 
 class FakeClock:

@@ -52,7 +52,7 @@ def text(value: str) -> bytes:
     return varint(len(data)) + data
 
 
-def preamble(major: int = 1, minor: int = 1, compression: int = 0, reserved: int = 0) -> bytes:
+def preamble(major: int = 1, minor: int = 2, compression: int = 0, reserved: int = 0) -> bytes:
     return MAGIC + bytes([major, minor, compression, reserved])
 
 

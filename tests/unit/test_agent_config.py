@@ -133,6 +133,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert DEFAULTS.effective_nframe == 64
     assert DEFAULTS.interval == 10.0
     assert DEFAULTS.top == 20
+    assert DEFAULTS.top_routes == 10
     assert DEFAULTS.exporters == ("prometheus",)
     assert DEFAULTS.host == "127.0.0.1"
     assert DEFAULTS.port == 9438
@@ -147,6 +148,7 @@ def test_every_variable_is_read_from_the_environment() -> None:
         "HEAPWATCH_NFRAME": "5",
         "HEAPWATCH_INTERVAL": "500ms",
         "HEAPWATCH_TOP": "3",
+        "HEAPWATCH_TOP_ROUTES": "0",
         "HEAPWATCH_EXPORTERS": "otlp, prometheus",
         "HEAPWATCH_HOST": "0.0.0.0",
         "HEAPWATCH_PORT": "9500",
@@ -159,6 +161,7 @@ def test_every_variable_is_read_from_the_environment() -> None:
         nframe=5,
         interval=0.5,
         top=3,
+        top_routes=0,
         exporters=("otlp", "prometheus"),
         host="0.0.0.0",
         port=9500,
@@ -189,6 +192,7 @@ BAD_VALUES = [
     ("HEAPWATCH_INTERVAL", "soon", "10s, 500ms", "interval", 10.0),
     ("HEAPWATCH_INTERVAL", "0", "10s, 500ms", "interval", 10.0),
     ("HEAPWATCH_TOP", "-1", "from 0 to 1000", "top", 20),
+    ("HEAPWATCH_TOP_ROUTES", "many", "from 0 to 1000", "top_routes", 10),
     (
         "HEAPWATCH_EXPORTERS",
         "zipkin",

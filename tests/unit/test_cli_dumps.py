@@ -119,6 +119,34 @@ def test_top_json_traceback_and_cumulative(
     assert out.splitlines()[1] == f"#1: {app}: 293.2 KiB"  # with app.py:1
 
 
+def test_top_by_route_of_a_dump_with_routes(
+    app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a dump whose one line is reached from two routes and outside any
+    routed = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, 3)]
+    routed[0] = (routed[0][0], 8)
+    path = str(tmp_path / "r.hwdump")
+    header = DumpHeader("3.11.7", 4242, 1_700_000_000.0, "exact", 0, 2)
+    write_dump(path, header, routed, routes={7: "/items/{id}", 8: "/users/{uid}"})
+    # When its top is by route
+    status, out, err = run(capsys, "top", path, "--key-type", "route")
+    assert (status, err) == (0, "")
+    assert out == (
+        "Top 10 routes\n"
+        "#1: /items/{id}: 195.4 KiB\n"
+        "#2: /users/{uid}: 97.7 KiB\n"
+        "#3: <none>: 1.6 KiB\n"
+        "Total allocated size: 294.7 KiB\n"
+    )
+    status, out, _ = run(capsys, "top", path, "--key-type", "route", "--json")
+    stats = json.loads(out)["stats"]
+    assert stats[0] == {"rank": 1, "route": "/items/{id}", "size": 2 * 100_057, "count": 2}
+    # and a dump without routes holds only <none>'s memory
+    plain = dump(tmp_path / "a.hwdump", traces_for(app, 3))
+    status, out, _ = run(capsys, "top", plain, "--key-type", "route")
+    assert out.splitlines()[1:] == ["#1: <none>: 294.7 KiB", "Total allocated size: 294.7 KiB"]
+
+
 def test_top_of_a_sampled_dump_says_it_shows_estimates(
     app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -338,6 +366,8 @@ def test_pickles_need_allow_pickle_and_bad_ones_are_one_line_errors(
         ["top", "x", "--limit", "many"],
         ["top", "x", "--key-type", "module"],
         ["top", "x", "--key-type", "traceback", "--cumulative"],
+        ["top", "x", "--key-type", "route", "--cumulative"],
+        ["diff", "x", "y", "--key-type", "route"],
         ["diff", "x"],
         ["convert", "x", "-o", "y"],
         ["convert", "x", "--to", "png", "-o", "y"],

@@ -59,6 +59,12 @@ CATALOGUE = {
     "heapwatch_container_memory_pressure_seconds_total",
     "heapwatch_black_box_dumps_total",
     "heapwatch_previous_black_box_timestamp_seconds",
+    "heapwatch_route_size_bytes",
+    "heapwatch_route_growth_bytes",
+    "heapwatch_route_leak_score",
+    "heapwatch_route_leak_rate_bytes_per_second",
+    "heapwatch_route_lineno_size_bytes",
+    "heapwatch_routes_folded_total",
     "process_resident_memory_bytes",
 }
 METRIC = re.compile(r"\b((?:heapwatch|process)_[a-z_]+)\b")
@@ -238,6 +244,8 @@ def test_required_panels(dashboard: dict[str, Any]) -> None:
         "heapwatch_previous_black_box_timestamp_seconds",
     )
     assert (events, kinds[events]) == ("OOM kills and black boxes", "stat")
+    routes = panel_with("heapwatch_route_size_bytes")
+    assert (routes, kinds[routes]) == ("Memory by route", "timeseries")
 
 
 def panel_titled(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
@@ -304,20 +312,37 @@ def test_oom_kills_and_black_boxes_stat(dashboard: dict[str, Any]) -> None:
     assert panel["fieldConfig"]["defaults"]["decimals"] == 0
 
 
-def test_leak_suspects_table_joins_score_and_rate(dashboard: dict[str, Any]) -> None:
-    """The two queries' rows merge into one row per site of a process: the
-    same labels on both sides, and no metric name (it would differ)."""
+def test_leak_suspects_table_joins_score_rate_and_route(dashboard: dict[str, Any]) -> None:
+    """The queries' rows merge into one row per site of a process: the same
+    labels on every side (the route's query adds http_route), and no metric
+    name (it would differ)."""
     (panel,) = [p for p in panels(dashboard) if p["title"] == "Leak suspects"]
     by_ref = {t["refId"]: t["expr"] for t in panel["targets"]}
     assert "heapwatch_lineno_leak_score" in by_ref["A"]
     assert "heapwatch_lineno_leak_rate_bytes_per_second" in by_ref["B"]
-    for expr in by_ref.values():
+    for ref in "AB":
+        expr = by_ref[ref]
         assert expr.startswith("max by (job, instance, code_file_path, code_line_number) ("), expr
-    assert [t["format"] for t in panel["targets"]] == ["table", "table"]
+    # The route holding the most of each suspect line, one per line.
+    route = by_ref["C"]
+    assert route.startswith(
+        "max by (job, instance, code_file_path, code_line_number, http_route) ("
+    ), route
+    assert "topk by (job, instance, code_file_path, code_line_number) (1, " in route
+    assert "heapwatch_route_lineno_size_bytes{" in route
+    assert "heapwatch_lineno_leak_score{" in route
+    assert [t["format"] for t in panel["targets"]] == ["table", "table", "table"]
     transformations = [t["id"] for t in panel["transformations"]]
     assert transformations == ["merge", "organize"]
     renamed = panel["transformations"][1]["options"]["renameByName"]
     assert (renamed["Value #A"], renamed["Value #B"]) == ("score", "rate (B/s)")
+    assert (renamed["http_route"], renamed["Value #C"]) == ("route", "route's bytes")
+
+
+def test_memory_by_route_has_one_line_per_route(dashboard: dict[str, Any]) -> None:
+    (target,) = panel_titled(dashboard, "Memory by route")["targets"]
+    assert target["expr"].startswith("sum by (job, http_route) (heapwatch_route_size_bytes{")
+    assert target["legendFormat"] == "{{http_route}}"
 
 
 def test_peak_panel_stacks_the_sites(dashboard: dict[str, Any]) -> None:

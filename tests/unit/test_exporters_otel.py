@@ -289,3 +289,37 @@ def test_after_fork_the_own_provider_is_dropped_without_exporting() -> None:
         parent_thread.stop(5.0)  # in a real child that thread does not exist
     assert len(child_exports.batches) == 1  # the final export, with the last cycle
     assert points(child_exports.batches[0])["heapwatch.traced"][0][1] == 8000
+
+
+def test_routes_carry_the_http_route_attribute() -> None:
+    # Given readings whose cycle saw memory allocated for routes
+    from heapwatch.agent.interface import CycleResult, Readings, Route, RouteSite
+
+    result = CycleResult(
+        1.0, 0.01, 9000, 9000, 10, 0, 0, (), routes_folded=2,
+        routes=(
+            Route("/items/{id}", 6000, 4, 100, 0.5, 3.0),
+            Route("<none>", 3000, 6, 0, 0.0, 0.0),
+            Route("<other>", 0, 0, 0, None, None),
+        ),
+        route_sites=(RouteSite("/items/{id}", "/srv/app.py", 42, 6000, 4),),
+    )  # fmt: skip
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    otel._instruments_for(provider).source = lambda: Readings(result, 1, 0, "sample", 512)
+    # When the application's reader collects
+    found = points(reader.get_metrics_data())
+    provider.shutdown()
+    # Then each route is a point with http.route, as Prometheus's http_route
+    sizes = {a["http.route"]: v for a, v, _ in found["heapwatch.route.size"]}
+    assert sizes == {"/items/{id}": 6000, "<none>": 3000, "<other>": 0}
+    scores = {a["http.route"]: v for a, v, _ in found["heapwatch.route.leak_score"]}
+    assert scores == {"/items/{id}": 0.5, "<none>": 0.0}
+    [(attributes, size, unit)] = found["heapwatch.route.lineno.size"]
+    assert attributes == {
+        "http.route": "/items/{id}",
+        "code.file.path": "/srv/app.py",
+        "code.line.number": 42,
+    }
+    assert (size, unit) == (6000, "By")
+    assert found["heapwatch.routes.folded"][0][1] == 2

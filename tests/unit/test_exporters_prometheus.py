@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from heapwatch import __version__
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
-from heapwatch.agent.interface import BlackBox, CycleResult, Readings, Site
+from heapwatch.agent.interface import BlackBox, CycleResult, Readings, Route, RouteSite, Site
 from heapwatch.runtime.container import ContainerMemory
 from heapwatch_exporters.prometheus import (
     HeapwatchCollector,
@@ -107,6 +107,15 @@ FIXED_NAMES = {
     "heapwatch_container_memory_pressure_seconds_total",
     "heapwatch_black_box_dumps_total",
     "heapwatch_previous_black_box_timestamp_seconds",
+}
+# Published once some allocation was made for a route (issue 26).
+ROUTE_NAMES = {
+    "heapwatch_route_size_bytes",
+    "heapwatch_route_growth_bytes",
+    "heapwatch_route_leak_score",
+    "heapwatch_route_leak_rate_bytes_per_second",
+    "heapwatch_route_lineno_size_bytes",
+    "heapwatch_routes_folded_total",
 }
 
 
@@ -212,6 +221,41 @@ def test_sites_are_labelled_by_file_and_line_and_sum_to_the_total() -> None:
     assert sum(sizes) == values["heapwatch_traced_bytes", ()]
 
 
+ROUTES = (
+    Route("/items/{id}", 6000, 8, 400, 0.75, 12.5),
+    Route("<none>", 3000, 20, -50, 0.0, 0.0),
+    Route("<other>", 1000, 12, 150, None, None),
+)
+ROUTE_SITES = (
+    RouteSite("/items/{id}", "/srv/app.py", 42, 5000, 6),
+    RouteSite("/items/{id}", "/srv/lib.py", 7, 1000, 2),
+)
+
+
+def test_routes_are_labelled_by_http_route_and_sum_to_the_total() -> None:
+    # Given a cycle whose memory was allocated for routes
+    result = RESULT._replace(routes=ROUTES, route_sites=ROUTE_SITES, routes_folded=4)
+    values = samples(collect_registry(READINGS._replace(result=result)))
+    assert {name for name, _ in values} == FIXED_NAMES | ROUTE_NAMES
+    items, other = (("http_route", "/items/{id}"),), (("http_route", "<other>"),)
+    # Then each route has its size, growth and score, <other> no score
+    assert values["heapwatch_route_size_bytes", items] == 6000
+    assert values["heapwatch_route_growth_bytes", items] == 400
+    assert values["heapwatch_route_leak_score", items] == 0.75
+    assert values["heapwatch_route_leak_rate_bytes_per_second", items] == 12.5
+    assert values["heapwatch_route_size_bytes", other] == 1000
+    assert ("heapwatch_route_leak_score", other) not in values
+    sizes = [v for (name, _), v in values.items() if name == "heapwatch_route_size_bytes"]
+    assert sum(sizes) == values["heapwatch_traced_bytes", ()]
+    # and each route's top lines, by route, file and line
+    line = (*items, ("code_file_path", "/srv/app.py"), ("code_line_number", "42"))
+    assert values["heapwatch_route_lineno_size_bytes", tuple(sorted(line))] == 5000
+    assert values["heapwatch_routes_folded_total", ()] == 4
+    # and a cycle without routes has none of these series
+    names = {name for name, _ in samples(collect_registry(READINGS))}
+    assert not {name for name in names if "route" in name}
+
+
 def test_before_the_first_cycle_only_the_counters_and_info_are_published() -> None:
     readings = Readings(None, cycles=0, errors=0, mode="exact", sample_interval=0)
     names = {name for name, _ in samples(collect_registry(readings))}
@@ -259,7 +303,8 @@ def test_describe_lists_every_family_without_samples() -> None:
     assert all(not family.samples for family in described)
     names = {family.name for family in described}
     # families carry counters without their _total suffix
-    assert names == {name.removesuffix("_total").removesuffix("_info") for name in FIXED_NAMES} | {
+    every = FIXED_NAMES | ROUTE_NAMES
+    assert names == {name.removesuffix("_total").removesuffix("_info") for name in every} | {
         "heapwatch"
     } - {"heapwatch_info"}
 

@@ -474,6 +474,7 @@ def test_public_interface() -> None:
             "DumpError",
             "DumpHeader",
             "RawTrace",
+            "RoutedTrace",
             "iter_dump",
             "process_header",
             "read_dump",
@@ -559,7 +560,7 @@ def test_newer_major_version_is_refused_naming_both() -> None:
     data = assemble([header_record(), end_record(0, 0, 0)], pre=preamble(major=2, minor=3))
     error = refused(data, "upgrade heapwatch")
     assert "version 2.3" in str(error)
-    assert "it writes 1.1" in str(error)
+    assert "it writes 1.2" in str(error)
 
 
 def test_major_version_zero_is_refused() -> None:
@@ -573,7 +574,7 @@ def test_newer_minor_version_is_read() -> None:
     data = assemble(
         [
             header_record(payload),
-            bytes([0x81]) + varint(3) + b"abc",
+            bytes([0x83]) + varint(3) + b"abc",
             string_record("a.py"),
             bytes([0xFE]) + varint(0),
             traceback_record([(0, 1)]),
@@ -590,7 +591,7 @@ def test_extension_records_are_skipped_even_when_large() -> None:
     data = assemble(
         [
             header_record(),
-            bytes([0x81]) + varint(len(big)) + big,
+            bytes([0x83]) + varint(len(big)) + big,
             string_record("a.py"),
             traceback_record([(0, 1)]),
             trace_record(0, 10),
@@ -729,8 +730,8 @@ HOSTILE = [
     ("second header", [header_record()], "second header"),
     ("unknown record type", [bytes([0x06])], "unknown record type 0x06"),
     ("zero byte", [b"\x00"], "unknown record type 0x00"),
-    ("extension too long", [bytes([0x81]) + varint(1 << 30)], "extension record length"),
-    ("extension past the end", [bytes([0x81]) + varint(1000) + b"abc"], "truncated"),
+    ("extension too long", [bytes([0x83]) + varint(1 << 30)], "extension record length"),
+    ("extension past the end", [bytes([0x83]) + varint(1000) + b"abc"], "truncated"),
     ("billions of traces claimed", [end_record(0, 0, 5_000_000_000)], "end record counts"),
     ("huge end counts", [end_record(2**64 - 1, 2**64 - 1, 2**64 - 1)], "end record counts"),
 ]

@@ -36,7 +36,9 @@ def test_fold_keeps_the_biggest_stacks_and_sums_the_rest() -> None:
 
 def test_fold_bounds_the_frames_of_deep_stacks() -> None:
     deep = tuple(("deep.py", n, "f") for n in range(FOLDED_FRAMES // 3 + 1))
-    rows = [row(deep, 100 - n) for n in range(4)] + [row((("small.py", 1, "g"),), 1)]
+    # Four deep stacks, each its own leaf (equal ones would be one stack)
+    rows = [row(((f"leaf{n}.py", 1, "f"), *deep[1:]), 100 - n) for n in range(4)]
+    rows += [row((("small.py", 1, "g"),), 1)]
     folded = fold_stacks(rows)
     assert len(folded.ids) <= FOLDED_FRAMES
     stacks = unfold_stacks(folded)
@@ -67,3 +69,14 @@ def test_the_page_is_offered_the_readings_5_15_30_minutes_old_and_the_oldest() -
     # Younger than 5 minutes: only the oldest, and nothing without a reading
     assert [now - at for at, _ in baselines_offered(points[-2:], now)] == [250]
     assert baselines_offered([], now) == []
+
+
+def test_one_stack_split_by_routes_is_folded_as_one() -> None:
+    # Routes (issue 26) make the same frames several tracebacks, one per
+    # route: a stack is all of them, and competes for the top as one.
+    leaf, main = ("shared.py", 9, "serialize"), ("main.py", 1, "<module>")
+    split = [row((leaf, main), 400, 4) for _route in range(FOLDED_STACKS)]
+    others = [row((("x.py", n, "f"), main), 500 + n) for n in range(FOLDED_STACKS)]
+    stacks = unfold_stacks(fold_stacks(split + others))
+    assert stacks[0] == ((leaf, main), 400 * FOLDED_STACKS, 4 * FOLDED_STACKS)
+    assert [s for s in stacks if s[0] == (leaf, main)] == [stacks[0]]

@@ -61,6 +61,10 @@ class FakeSnapshot:
         self._index = {key: i for i, key in enumerate(keys)}
         self.passes = 0
 
+    def routes(self) -> list[int]:
+        """As the core: the route of each traceback (none here: 0)."""
+        return [0] * len(self._index)
+
     def tracebacks(self) -> list[tuple[Any, ...]]:
         rows = []
         for domain, frames, total in self._index:
@@ -161,7 +165,7 @@ def test_a_failed_dump_keeps_neither_its_snapshot_nor_its_traces(
             snaps.append(weakref.ref(snap))
             return snap
 
-    def full_disk(fp: Any, header: DumpHeader, traces: Iterator[Any]) -> None:
+    def full_disk(fp: Any, header: DumpHeader, traces: Iterator[Any], **_: object) -> None:
         next(iter(traces))
         raise OSError(errno.ENOSPC, "No space left on device")
 

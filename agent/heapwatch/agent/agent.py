@@ -61,8 +61,10 @@ from heapwatch.agent.contract import (
     StackPoint,
 )
 from heapwatch.agent.cycle import CycleReaders, CycleSettings, CycleState, compose_cycle
+from heapwatch.agent.route_cycle import RouteNames
 from heapwatch.formats.leaks import LeakScore, LeakTracker
 from heapwatch.formats.view import fold_stacks
+from heapwatch.runtime import route_labels
 from heapwatch.runtime.container import (
     ContainerMemory,
     MemoryCgroup,
@@ -76,6 +78,8 @@ from heapwatch.runtime.procmem import (
     ProcessMemory,
     read_process_memory,
 )
+from heapwatch.runtime.route_names import name_of
+from heapwatch.runtime.routes import ROUTE_NONE, ROUTE_OTHER, folded_routes
 from heapwatch.runtime.source import CoreSource, SnapshotSource
 from heapwatch.runtime.threads import (
     Lifeline,
@@ -165,6 +169,10 @@ def _exporters_for(
 _IDLE, _RUNNING, _STOPPING, _STOPPED = "idle", "running", "stopping", "stopped"
 
 
+# The registry, as the cycle reads it.
+_ROUTE_NAMES = RouteNames(name_of, folded_routes, ROUTE_NONE, ROUTE_OTHER)
+
+
 class Agent:
     """Runs the cycle in a daemon thread and feeds the exporters.
 
@@ -232,6 +240,9 @@ class Agent:
         self._cycle_state = CycleState()
         self._init_state()
         self._owns_tracing = False
+        # Whether this agent switched the core's route labels on (sample
+        # mode only: docs/design/routes.md says why not in exact mode).
+        self._labels_routes = False
         self._fork_hook_registered = False
         self._restart_hook_registered = False
         self._restart_pending = False
@@ -258,6 +269,7 @@ class Agent:
         self._server: Server | None = None
         self._cycle_state = self._cycle_state.in_forked_child()  # a baseline of its own
         self._leaks: LeakTracker[tuple[str, int]] = LeakTracker(self.config.leak_window)
+        self._route_leaks: LeakTracker[str] = LeakTracker(self.config.leak_window)
         self._scores: Mapping[tuple[str, int], LeakScore] = {}
         self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
@@ -392,6 +404,9 @@ class Agent:
             # runtime that moves it is rare enough to cost a restart).
             self._cgroup = self._find_cgroup()
             self._state = _RUNNING
+            if mode == "sample":
+                route_labels.enable()
+                self._labels_routes = True
         self._register_process_hooks()
         try:
             self._start_components()
@@ -426,6 +441,8 @@ class Agent:
         # Under _cycle_lock: one cycle at a time hands its state to the next.
         last_point = self._stack_points[-1] if self._stack_points else None
         since = self._clock() - last_point.timestamp if last_point is not None else None
+        if self._labels_routes:
+            route_labels.poll()  # the service may have set up OpenTelemetry since
         cycle = compose_cycle(
             self._source,
             self._cycle_state,
@@ -435,6 +452,7 @@ class Agent:
                 interval=self.config.interval,
                 sample_interval=self._sample_interval,
                 retain_snapshot=self.retain_last_snapshot,
+                top_routes=self.config.top_routes,
                 # A clock that went back takes one at once.
                 stacks=since is None or not 0 <= since < STACK_POINT_SECONDS,
             ),
@@ -443,7 +461,9 @@ class Agent:
                 timer=self._timer,
                 memory=self._read_memory,
                 container=self._read_container_memory,
+                routes=_ROUTE_NAMES,
             ),
+            route_tracker=self._route_leaks,
         )
         self._cycle_state = cycle.state
         self._scores = cycle.scores
@@ -630,6 +650,9 @@ class Agent:
                 _shutdown_failed(exporter, exc)
         # At exit the core's own atexit hook stops recording; freeing the
         # tables there would only cost time.
+        if self._labels_routes:
+            self._labels_routes = False
+            route_labels.disable()
         if self._owns_tracing and not at_exit:
             try:
                 self._source.stop()

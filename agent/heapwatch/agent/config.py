@@ -424,6 +424,7 @@ _FIELDS = (
     ),
     _Field("interval", parse_duration),
     _Field("top", _parse_int(0, MAX_TOP, "sites with their own series")),
+    _Field("top_routes", _parse_int(0, MAX_TOP, "routes with their own series, 0 for none")),
     _Field("leak_window", parse_leak_window),
     _Field("exporters", _parse_exporters),
     _Field("host", _parse_host),
@@ -481,6 +482,9 @@ class AgentConfig(NamedTuple):
         interval: HEAPWATCH_INTERVAL, seconds between cycles.
         top: HEAPWATCH_TOP, allocation sites with their own series; the
             others are summed into the ``<other>`` site.
+        top_routes: HEAPWATCH_TOP_ROUTES, routes (``http.route``) with their
+            own series, each with its top lines; the others are summed into
+            the ``<other>`` route (0: no route series).
         leak_window: HEAPWATCH_LEAK_WINDOW, seconds of history the leak
             score of each site looks at (``30m`` by default, 10 s to a day).
         exporters: HEAPWATCH_EXPORTERS: ``prometheus``, ``otlp``, both or none.
@@ -539,6 +543,7 @@ class AgentConfig(NamedTuple):
     pyroscope_user: str | None = None
     pyroscope_password: str | None = None
     pyroscope_tenant_id: str | None = None
+    top_routes: int = 10
 
     def __repr__(self) -> str:
         # The secrets must not reach a log line through a repr.

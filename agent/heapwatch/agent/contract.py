@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OTHER_FILE",
     "OTHER_LINE",
+    "ROUTE_SITES",
     "AgentView",
     "BlackBox",
     "Component",
@@ -40,6 +41,8 @@ __all__ = [
     "CycleResult",
     "Readings",
     "ReadingsSource",
+    "Route",
+    "RouteSite",
     "Routes",
     "Server",
     "Site",
@@ -51,6 +54,9 @@ __all__ = [
 # and alert rules select on it).
 OTHER_FILE = "<other>"
 OTHER_LINE = 0
+# The top sites of each leading route that get their own series (issue 26):
+# N routes times this many sites bounds the series a service adds.
+ROUTE_SITES = 5
 
 
 def site_of(frames: Sequence[tuple[str, int]]) -> tuple[str, int]:
@@ -82,6 +88,34 @@ class Site(NamedTuple):
     """Bytes allocated there since tracing started, freed or not (Go's
     alloc_space; an estimate in sample mode).  A counter, but it can go back
     when the core folds an idle site's totals (docs/design/core.md)."""
+
+
+class Route(NamedTuple):
+    """The memory allocated for one route (a request's ``http.route``
+    template) in a cycle's result: ``<none>`` outside any request,
+    ``<other>`` the routes past the top ones and those the registry folded."""
+
+    name: str
+    size: int
+    """Live bytes allocated for it (an estimate in sample mode)."""
+    blocks: int
+    growth: int
+    """Change of ``size`` since the previous cycle (0 on the first cycle)."""
+    leak_score: float | None = 0.0
+    """The leak score of its memory, as a site's (``heapwatch.formats.leaks``);
+    None for ``<other>``."""
+    leak_rate: float | None = 0.0
+
+
+class RouteSite(NamedTuple):
+    """One of the top sites (file and line) of a leading route."""
+
+    route: str
+    file: str
+    line: int
+    size: int
+    """Live bytes allocated there for that route."""
+    blocks: int
 
 
 class CycleResult(NamedTuple):
@@ -125,6 +159,16 @@ class CycleResult(NamedTuple):
     """The memory of the process's cgroup (its limit, usage, working set, OOM
     kills, pressure), read with the traced bytes; None outside any memory
     cgroup (``heapwatch.runtime.container``)."""
+    routes: tuple[Route, ...] = ()
+    """The top routes by size, then their leak suspects, then ``<none>`` and
+    ``<other>``, whose sizes sum to ``traced``; empty while no allocation
+    was ever labelled with a route (``heapwatch.agent.route_cycle``)."""
+    route_sites: tuple[RouteSite, ...] = ()
+    """The top ``ROUTE_SITES`` sites of each route in ``routes`` but
+    ``<none>`` and ``<other>``, largest first."""
+    routes_folded: int = 0
+    """Route names the registry refused past its cap since the process
+    started (their memory is ``<other>``'s)."""
 
 
 class CyclePoint(NamedTuple):

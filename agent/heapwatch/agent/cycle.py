@@ -29,18 +29,9 @@ from types import MappingProxyType
 from typing import Any, Callable, NamedTuple
 
 from heapwatch.agent.contract import OTHER_FILE, OTHER_LINE, CycleResult, Site, site_of
-from heapwatch.formats.leaks import (
-    FLOOR_BYTES,
-    OLD_BUCKET,
-    SUSPECT,
-    Ages,
-    LeakScore,
-    LeakTracker,
-    Observation,
-    observe_ages,
-    observe_site,
-    rank_scores,
-)
+from heapwatch.agent.route_cycle import RouteNames, RouteState, compose_routes
+from heapwatch.agent.watch import WATCH_LOW, score_watched
+from heapwatch.formats.leaks import SUSPECT, LeakScore, LeakTracker, rank_scores
 from heapwatch.runtime.container import ContainerMemory
 from heapwatch.runtime.procmem import ProcessMemory, compute_untraced
 from heapwatch.runtime.source import SnapshotSource
@@ -58,10 +49,6 @@ __all__ = [
 
 Key = tuple[str, int]
 """A site: (file, line)."""
-
-# A watched site stays watched down to this many bytes (it starts at the
-# score's floor, FLOOR_BYTES): a site hovering at the floor keeps its series.
-WATCH_LOW = FLOOR_BYTES / 8
 
 _NO_SIZES: Mapping[Key, int] = MappingProxyType({})
 
@@ -93,6 +80,8 @@ class CycleState(NamedTuple):
     epoch_began: EpochStart | None = None
     """When the core's current epoch began, if the agent saw it begin (or
     first saw it)."""
+    routes: RouteState = RouteState()
+    """The previous cycle's routes (``heapwatch.agent.route_cycle``)."""
 
     def in_forked_child(self) -> CycleState:
         """The state a forked child's agent starts from: a baseline of its
@@ -111,6 +100,8 @@ class CycleSettings(NamedTuple):
     """Bytes between samples on average; 0 in exact mode."""
     retain_snapshot: bool = False
     """Whether to keep a snapshot (without traces) for ``last_snapshot()``."""
+    top_routes: int = 0
+    """Routes exported by size (and as many more as suspects); 0: none."""
     stacks: bool = False
     """Whether to read the snapshot's memory by stack, names resolved."""
 
@@ -128,6 +119,9 @@ class CycleReaders(NamedTuple):
     """The process's resident set and C heap."""
     container: Callable[[], ContainerMemory | None]
     """The memory of the process's cgroup; None outside one."""
+    routes: RouteNames | None = None
+    """The route registry, read after the sites are composed; None: no
+    routes."""
 
 
 class Cycle(NamedTuple):
@@ -161,13 +155,17 @@ def compose_cycle(
     tracker: LeakTracker[Key],
     settings: CycleSettings,
     readers: CycleReaders,
+    *,
+    route_tracker: LeakTracker[str] | None = None,
 ) -> Cycle:
     """Runs one cycle on ``source``: its result, the next cycle's state, the
     leak scores and, when ``settings.retain_snapshot``, the diff's baseline.
 
     ``tracker`` gets the cycle's observations (unless the timer has not
     moved since its last ones); everything else the cycle changes is in what
-    it returns.  Raises what failed: the caller keeps ``previous``.
+    it returns.  ``route_tracker`` is the routes' (their scores are in the
+    result's routes); without it, or without ``readers.routes``, the cycle
+    has no routes.  Raises what failed: the caller keeps ``previous``.
     """
     started = readers.timer()
     if begins_epoch(source.current_epoch(), previous.epoch_began, started, settings.interval):
@@ -183,10 +181,10 @@ def compose_cycle(
     top = groups.growth(baseline, settings.top) if settings.top > 0 else []
     top_keys = {site_of(row[0]) for row in top}
     ages = _watchable(groups, previous.watched)
-    scores, watched = _score_leaks(
+    scores, watched = score_watched(
         tracker,
         started,
-        ages,
+        ((site_of(frames), size, count, histogram) for frames, size, count, histogram in ages),
         epoch=snapshot.epoch,
         watched=previous.watched,
         sample_interval=settings.sample_interval,
@@ -196,7 +194,8 @@ def compose_cycle(
     # that allocated and freed within the interval made the peak too).
     by_peak = _by_peak(groups, settings.top, top_keys | set(suspects[: settings.top * 2]))
     peaks = {site_of(row[0]): row[3] for row in by_peak}
-    allocated, live, allocated_total = _allocated_by_site(snapshot)
+    traceback_rows = snapshot.tracebacks(allocs=True)
+    allocated, live, allocated_total = _allocated_by_site(traceback_rows, snapshot.allocs_folded)
     known = {site_of(row[0]): (row[1], row[2]) for row in by_peak}
     known.update((site_of(row[0]), (row[1], row[2])) for row in ages)
     all_previous: dict[Key, int] | None = None
@@ -261,6 +260,20 @@ def compose_cycle(
             allocated_total - sum(s.allocated for s in sites),
         )
     )
+    route_cycle = None
+    if readers.routes is not None and route_tracker is not None:
+        route_cycle = compose_routes(
+            snapshot,
+            traceback_rows,
+            previous.routes,
+            route_tracker,
+            readers.routes,
+            top=settings.top_routes,
+            now=started,
+            previous_traced=None if first else previous_traced,
+            sample_interval=settings.sample_interval,
+        )
+    del traceback_rows
     dropped = source.dropped()
     tracer_memory = source.tracer_memory()
     # Read beside the snapshot, so that the untraced figure compares
@@ -297,32 +310,37 @@ def compose_cycle(
         epoch_started=began.time,
         container=container,
     )
+    if route_cycle is not None:
+        result = result._replace(
+            routes=route_cycle.routes,
+            route_sites=route_cycle.sites,
+            routes_folded=route_cycle.folded,
+        )
     state = CycleState(
         groups=groups,
         sizes={key: size for key, (size, _count) in known.items()},
         traced=traced,
         watched=watched,
         epoch_began=began,
+        routes=route_cycle.state if route_cycle is not None else previous.routes,
     )
     return Cycle(result, state, scores, last_snapshot, stacks)
 
 
 def _allocated_by_site(
-    snapshot: Any,
+    rows: Sequence[Any], folded: tuple[int, int, int]
 ) -> tuple[dict[Key, int], dict[Key, tuple[int, int]], int]:
     """Bytes allocated per site since tracing started, the live bytes and
     blocks of those sites, and the total allocated with what the core
-    folded: one pass over the snapshot's tracebacks."""
+    folded: one pass over the snapshot's ``tracebacks(allocs=True)``."""
     allocated: dict[Key, int] = {}
     live: dict[Key, tuple[int, int]] = {}
-    for _domain, frames, _total, size, count, _peak, alloc_size, _blocks in snapshot.tracebacks(
-        allocs=True
-    ):
+    for _domain, frames, _total, size, count, _peak, alloc_size, _blocks in rows:
         key = site_of(frames)
         allocated[key] = allocated.get(key, 0) + alloc_size
         old_size, old_count = live.get(key, (0, 0))
         live[key] = (old_size + size, old_count + count)
-    total = sum(allocated.values()) + snapshot.allocs_folded[0]
+    total = sum(allocated.values()) + folded[0]
     return allocated, live, total
 
 
@@ -350,41 +368,3 @@ def _by_peak(groups: Any, top: int, needed: set[Key]) -> list[tuple[Any, int, in
         if needed <= {site_of(row[0]) for row in rows}:
             return rows
         limit *= 4
-
-
-def _score_leaks(
-    tracker: LeakTracker[Key],
-    now: float,
-    ages: Sequence[tuple[Any, int, int, Sequence[int]]],
-    *,
-    epoch: int,
-    watched: frozenset[Key],
-    sample_interval: int,
-) -> tuple[dict[Key, LeakScore], frozenset[Key]]:
-    """Feeds the leak tracker this cycle's sites, with their bytes by age at
-    ``epoch`` (the snapshot's), and scores them; returns the scores and the
-    sites now watched.
-
-    A site is watched from the cycle its live bytes reach FLOOR_BYTES
-    (growth smaller than that never scores above 0.02: a site below it
-    cannot be a suspect) until they fall under an eighth of it, so that
-    the window holds a few hundred series, not every line that ever
-    allocated; before it is watched a site counts as holding nothing.
-    """
-    sites: dict[Key, Observation] = {}
-    by_age: dict[Key, Ages] = {}
-    for frames, size, count, histogram in ages:
-        key = site_of(frames)
-        if size < FLOOR_BYTES and not (key in watched and size >= WATCH_LOW):
-            continue
-        # Memory that survived OLD_EPOCHS cycles: the churn of the same
-        # line is left out of it.
-        old = float(sum(histogram[OLD_BUCKET:]))
-        sites[key] = observe_site(now, size, old, sample_interval)
-        by_age[key] = observe_ages(histogram, count, epoch, sample_interval)
-    # A timer that did not move (an injected one) adds no point to the
-    # series: the tracker needs increasing times.
-    last = tracker.last_time
-    if last is None or now > last:
-        tracker.observe(now, sites, by_age)
-    return tracker.scores(), frozenset(sites)

@@ -18,7 +18,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, cast
 
 from heapwatch._errors import HeapwatchError
@@ -215,12 +215,19 @@ def limit_type(text: str) -> int:
 limit_type.__name__ = "limit"
 
 
-def add_report_options(parser: argparse.ArgumentParser) -> None:
+def add_report_options(
+    parser: argparse.ArgumentParser, key_types: Sequence[str] = KEY_TYPES
+) -> None:
     parser.add_argument(
         "--key-type",
-        choices=KEY_TYPES,
+        choices=key_types,
         default="lineno",
-        help="group by line (default), file or whole traceback",
+        help="group by line (default), file or whole traceback"
+        + (
+            ", or by the route of the request the memory was allocated for"
+            if "route" in key_types
+            else ""
+        ),
     )
     parser.add_argument(
         "--limit", type=limit_type, default=10, metavar="N", help="groups shown (default 10)"
@@ -297,7 +304,7 @@ def add_age_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _usage_checks(options: argparse.Namespace) -> None:
-    if getattr(options, "cumulative", False) and options.key_type == "traceback":
+    if getattr(options, "cumulative", False) and options.key_type in ("traceback", "route"):
         options.parser.error("--cumulative needs --key-type lineno or filename")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from heapwatch.formats.pprof import INT64_MAX, PYTHON_MAPPING, UNKNOWN, HeapSample
+from heapwatch.formats.pprof import INT64_MAX, PYTHON_MAPPING, ROUTE_LABEL, UNKNOWN, HeapSample
 from heapwatch.formats.protobuf import ProtoWriter, encode_varint
 
 __all__ = ["FRAME_TYPE", "OTLP_SAMPLE_TYPES", "PROFILE_SCOPE", "encode_profiles_request"]
@@ -66,6 +66,7 @@ _PROFILE_ID = 7
 _VALUE_TYPE_TYPE = 1
 _VALUE_TYPE_UNIT = 2
 _SAMPLE_STACK_INDEX = 1
+_SAMPLE_ATTRIBUTE_INDICES = 2
 _SAMPLE_VALUES = 4
 _MAPPING_FILENAME = 4
 _STACK_LOCATIONS = 1
@@ -105,7 +106,11 @@ def encode_profiles_request(
     """
     dictionary = _Dictionary()
     stack = dictionary.stack
-    rows = [(stack(s.frames or (_UNKNOWN_FRAME,)), s.size, s.alloc_size) for s in samples]
+    route = dictionary.route
+    rows = [
+        (stack(s.frames or (_UNKNOWN_FRAME,)), s.size, s.alloc_size, route(s.route))
+        for s in samples
+    ]
     period = sample_interval if mode == "sample" else 0
     scope = ProtoWriter()
     scope.bytes_field(_SCOPE_NAME, PROFILE_SCOPE.encode())
@@ -118,7 +123,7 @@ def encode_profiles_request(
         for row in rows:
             value = row[column]
             if value > 0:
-                profile.extend(_sample_field(row[0], min(value, INT64_MAX)))
+                profile.extend(_sample_field(row[0], min(value, INT64_MAX), row[3]))
         profile.fixed64_field(_PROFILE_TIME_UNIX_NANO, time_nanos)
         profile.int_field(_PROFILE_DURATION_NANO, duration_nanos)
         if period:
@@ -137,10 +142,13 @@ def encode_profiles_request(
     return request.getvalue()
 
 
-def _sample_field(stack_index: int, value: int) -> bytes:
-    """One encoded ``Profile.samples`` field: a Sample of one value."""
+def _sample_field(stack_index: int, value: int, attribute: int = 0) -> bytes:
+    """One encoded ``Profile.samples`` field: a Sample of one value, with
+    the attribute of that index (its route) unless 0."""
     sample = ProtoWriter()
     sample.int_field(_SAMPLE_STACK_INDEX, stack_index)
+    if attribute:
+        sample.packed_field(_SAMPLE_ATTRIBUTE_INDICES, (attribute,))
     sample.bytes_field(_SAMPLE_VALUES, encode_varint(value))
     field = ProtoWriter()
     field.message_field(_PROFILE_SAMPLES, sample)
@@ -191,6 +199,9 @@ class _Dictionary:
         self._function_table = ProtoWriter()
         self._location_table = ProtoWriter()
         self._stack_table = ProtoWriter()
+        # The routes' http.route attributes, after the frame type's (index 1).
+        self._routes: dict[str, int] = {}
+        self._route_table = ProtoWriter()
         self._string("")
         self._function_table.bytes_field(_DICT_FUNCTION, b"")
         self._location_table.bytes_field(_DICT_LOCATION, b"")
@@ -247,6 +258,20 @@ class _Dictionary:
             self._stack_table.message_field(_DICT_STACK, stack)
         return index
 
+    def route(self, name: str) -> int:
+        """The index of the attribute ``http.route=name``, added if new; 0
+        (none) for no route."""
+        if not name:
+            return 0
+        index = self._routes.get(name)
+        if index is None:
+            index = self._routes[name] = _FRAME_TYPE_INDEX + 1 + len(self._routes)
+            attribute = ProtoWriter()
+            attribute.int_field(_ATTRIBUTE_KEY, self._string(ROUTE_LABEL))
+            attribute.message_field(_ATTRIBUTE_VALUE, _any_value(name))
+            self._route_table.message_field(_DICT_ATTRIBUTE, attribute)
+        return index
+
     def value_type(self, type_: str, unit: str) -> ProtoWriter:
         value_type = ProtoWriter()
         value_type.int_field(_VALUE_TYPE_TYPE, self._string(type_))
@@ -269,5 +294,6 @@ class _Dictionary:
         dictionary.extend(self._string_table.getvalue())
         dictionary.bytes_field(_DICT_ATTRIBUTE, b"")
         dictionary.message_field(_DICT_ATTRIBUTE, frame_type)
+        dictionary.extend(self._route_table.getvalue())
         dictionary.extend(self._stack_table.getvalue())
         return dictionary

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import operator
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
@@ -40,6 +40,7 @@ __all__ = [
     "FOLDED_SITES",
     "INT64_MAX",
     "PYTHON_MAPPING",
+    "ROUTE_LABEL",
     "UNKNOWN",
     "HeapSample",
     "decode_profile",
@@ -72,6 +73,9 @@ ALLOCS_SAMPLE_TYPES = (("alloc_objects", "count"), ("alloc_space", "bytes"), *_I
 """Go's four heap sample types, in the order its runtime writes them."""
 _DEFAULT_SAMPLE_TYPE = "inuse_space"
 _PERIOD_TYPE = ("space", "bytes")
+ROUTE_LABEL = "http.route"
+"""The string label of a sample allocated for a request's route (issue 26):
+OpenTelemetry's name, which ``pprof -tagfocus http.route=...`` selects on."""
 _MODES = ("exact", "sample")
 _UNKNOWN_FRAME = (UNKNOWN, 0, UNKNOWN)
 
@@ -98,6 +102,7 @@ _SAMPLE_LOCATION_ID = 1
 _SAMPLE_VALUE = 2
 _SAMPLE_LABEL = 3
 _LABEL_KEY = 1
+_LABEL_STR = 2
 _LABEL_NUM = 3
 _MAPPING_ID = 1
 _MAPPING_FILENAME = 5
@@ -131,7 +136,8 @@ class HeapSample:
     was truncated to ``frames`` (0 when unknown). ``alloc_count`` and
     ``alloc_size`` are the blocks and bytes allocated there since tracing
     started (Go's ``alloc_objects`` and ``alloc_space``), written only by a
-    profile encoded with ``allocs=True``.
+    profile encoded with ``allocs=True``.  ``route`` is the route its memory
+    was allocated for (``http.route``; empty: none), a string label.
     """
 
     frames: Sequence[tuple[str, int, str]]
@@ -141,18 +147,21 @@ class HeapSample:
     total_nframe: int = 0
     alloc_count: int = 0
     alloc_size: int = 0
+    route: str = ""
 
 
 def heap_samples_from_tracebacks(
-    tracebacks: Iterable[Sequence[Any]],
+    tracebacks: Iterable[Sequence[Any]], routes: Iterable[str] | None = None
 ) -> Iterator[HeapSample]:
     """HeapSamples from the core's ``Snapshot.tracebacks(names=True)`` rows.
 
     Each row is ``(domain, frames, total_nframe, size, count)``, with
     ``peaks=True`` a peak after it (ignored), with ``allocs=True`` the peak
     and then ``alloc_size, alloc_count``. Frames without a function name
-    (from ``names=False``) get :data:`UNKNOWN` as their name.
+    (from ``names=False``) get :data:`UNKNOWN` as their name.  ``routes``, when
+    given, names each row's route (``""``: none), in the same order.
     """
+    names = iter(routes) if routes is not None else None
     for row in tracebacks:
         domain, frames, total_nframe, size, count = row[:5]
         alloc_size, alloc_count = row[6:8] if len(row) >= 8 else (0, 0)
@@ -164,6 +173,7 @@ def heap_samples_from_tracebacks(
             total_nframe=total_nframe,
             alloc_count=alloc_count,
             alloc_size=alloc_size,
+            route=next(names) if names is not None else "",
         )
 
 
@@ -254,12 +264,23 @@ def encode_heap_profile(
     return gzip.compress(raw, compresslevel=_GZIP_LEVEL, mtime=0)
 
 
-def go_heap_samples(snap: Snapshot) -> list[HeapSample]:
+def go_heap_samples(
+    snap: Snapshot, route_name: Callable[[int], str] | None = None
+) -> list[HeapSample]:
     """A snapshot's samples as Go's heap profile has them: every traceback
     holding live memory, a peak or allocation totals, then the folded totals
     as one :data:`FOLDED_SITES` sample.  One home for the pprof profile and
-    the OpenTelemetry one (``otlp_profiles.py``)."""
-    samples = list(heap_samples_from_tracebacks(snap.tracebacks(names=True, allocs=True)))
+    the OpenTelemetry one (``otlp_profiles.py``).  With ``route_name`` (the
+    registry's), a traceback's route other than 0 is its sample's route."""
+    routes = None
+    if route_name is not None:
+        names = {0: ""}
+        routes = [
+            names[rid] if rid in names else names.setdefault(rid, route_name(rid))
+            for rid in snap.routes(allocs=True)
+        ]
+    rows = snap.tracebacks(names=True, allocs=True)
+    samples = list(heap_samples_from_tracebacks(rows, routes))
     folded = folded_sample(snap.allocs_folded)
     if folded is not None:
         samples.append(folded)
@@ -273,13 +294,15 @@ def encode_go_heap_profile(
     comments: Sequence[str] = (),
     time_nanos: int | None = None,
     duration_nanos: int = 0,
+    route_name: Callable[[int], str] | None = None,
 ) -> bytes:
     """A snapshot as Go serves ``/debug/pprof/heap`` and ``/allocs``: its four
     sample types, every traceback holding live memory, a peak or allocation
-    totals, and the folded totals as one :data:`FOLDED_SITES` sample. The
-    one home of that profile, for the endpoints and the push exporters."""
+    totals, and the folded totals as one :data:`FOLDED_SITES` sample, each
+    labelled with its route through ``route_name`` (``go_heap_samples``).
+    The one home of that profile, for the endpoints and the push exporters."""
     return encode_heap_profile(
-        go_heap_samples(snap),
+        go_heap_samples(snap, route_name),
         mode=snap.mode,
         sample_interval=snap.sample_interval,
         time_nanos=time_nanos,
@@ -327,6 +350,7 @@ class _ProfileBuilder:
         self._string("")  # string_table[0] must be "".
         self._domain_key = self._string("domain")
         self._total_nframe_key = self._string("total_nframe")
+        self._route_key = self._string(ROUTE_LABEL)
 
     def _string(self, text: str) -> int:
         index = self._strings.get(text)
@@ -403,6 +427,11 @@ class _ProfileBuilder:
             self._add_label(message, self._domain_key, operator.index(sample.domain))
         if sample.total_nframe > len(sample.frames):
             self._add_label(message, self._total_nframe_key, operator.index(sample.total_nframe))
+        if sample.route:
+            label = ProtoWriter()
+            label.int_field(_LABEL_KEY, self._route_key)
+            label.int_field(_LABEL_STR, self._string(sample.route))
+            message.message_field(_SAMPLE_LABEL, label)
         self._sample_table.message_field(_PROFILE_SAMPLE, message)
 
     @staticmethod

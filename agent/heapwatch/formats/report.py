@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KEY_TYPES",
+    "ROUTE_KEY",
+    "TOP_KEY_TYPES",
     "Report",
     "Row",
     "diff_report",
@@ -41,7 +43,11 @@ __all__ = [
 ]
 
 KEY_TYPES = ("lineno", "filename", "traceback")
-_NOUNS = {"lineno": "lines", "filename": "files", "traceback": "tracebacks"}
+ROUTE_KEY = "route"
+TOP_KEY_TYPES = (*KEY_TYPES, ROUTE_KEY)
+"""What a top may group by: the core's key types, and the route of the
+request the memory was allocated for (issue 26)."""
+_NOUNS = {"lineno": "lines", "filename": "files", "traceback": "tracebacks", "route": "routes"}
 
 # A source file is read whole: a name in a dump (from another machine, or
 # hostile) must not make us read a device or a huge file.
@@ -277,7 +283,7 @@ def format_text(report: Report, *, sources: bool = True) -> str:
     lines.append(title)
     for index, row in enumerate(report.rows, 1):
         filename, lineno = row.frames[0] if row.frames else ("<unknown>", 0)
-        if report.key_type == "filename":
+        if report.key_type in ("filename", ROUTE_KEY):
             lines.append(f"#{index}: {filename}: {_figure(report, row)}")
             continue
         lines.append(f"#{index}: {filename}:{lineno}: {_figure(report, row)}")
@@ -314,6 +320,9 @@ def to_json(report: Report, *, sources: bool = True) -> dict[str, Any]:
     read = _Sources().line
     for index, row in enumerate(report.rows, 1):
         filename, lineno = row.frames[0] if row.frames else ("<unknown>", 0)
+        if report.key_type == ROUTE_KEY:
+            stats.append({"rank": index, "route": filename, **_figures(report, row)})
+            continue
         by_file = report.key_type == "filename"
         line = read(filename, lineno) if sources and not by_file else ""
         stats.append(

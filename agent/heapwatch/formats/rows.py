@@ -18,11 +18,24 @@ from typing import TYPE_CHECKING, NamedTuple
 from heapwatch.formats.estimates import Weigh, round_count, weigher
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from heapwatch._core import Frames, KeyType, Mode, RawDiff, RawStatistic, RawTrace
 
-__all__ = ["GroupedRows", "compare_rows", "group_rows", "sort_rows", "sum_traces"]
+__all__ = [
+    "NO_ROUTE",
+    "GroupedRows",
+    "compare_rows",
+    "group_route_rows",
+    "group_rows",
+    "route_rows",
+    "sort_rows",
+    "sum_traces",
+]
+
+NO_ROUTE = "<none>"
+"""The name of memory allocated outside any request (route id 0), as the
+agent's registry names it (issue 26)."""
 
 
 class GroupedRows(NamedTuple):
@@ -91,6 +104,40 @@ def group_rows(
     sums = sum_traces(counted(), key_type, cumulative, weigh)
     rows = sort_rows((key, size, round_count(count_fp)) for key, (size, count_fp) in sums.items())
     return GroupedRows(rows, (total[0], round_count(total[1])))
+
+
+def route_rows(sums: Iterable[tuple[str, int, int]]) -> GroupedRows:
+    """The rows of (route name, bytes, blocks) items, summed by name, each
+    keyed ``((name, 0),)`` as a file's row is: a top by route."""
+    by_name: dict[str, list[int]] = {}
+    for name, size, count in sums:
+        acc = by_name.setdefault(name, [0, 0])
+        acc[0] += size
+        acc[1] += count
+    rows = sort_rows((((name, 0),), size, count) for name, (size, count) in by_name.items())
+    return GroupedRows(rows, (sum(r[1] for r in rows), sum(r[2] for r in rows)))
+
+
+def group_route_rows(
+    traces: Iterable[RawTrace],
+    routes: Iterable[int],
+    names: Mapping[int, str],
+    mode: Mode,
+    interval: int,
+) -> GroupedRows:
+    """The rows by route of traces (a dump's, with each one's route id and
+    the ids' names), weighed as ``group_rows`` weighs them."""
+    weigh = weigher(mode, interval)
+    sums: dict[str, list[int]] = {}
+    for trace, route in zip(traces, routes):
+        size, count_fp = weigh(trace[1])
+        name = names.get(route, NO_ROUTE) if route else NO_ROUTE
+        acc = sums.setdefault(name, [0, 0])
+        acc[0] += size
+        acc[1] += count_fp
+    return route_rows(
+        (name, size, round_count(count_fp)) for name, (size, count_fp) in sums.items()
+    )
 
 
 def _diff_key(row: RawDiff) -> tuple[int, int, int, int, Frames]:

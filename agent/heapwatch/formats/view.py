@@ -131,7 +131,7 @@ def fold_stacks(
     """The biggest stacks of ``Snapshot.tracebacks(names=True)`` rows,
     folded; frames equal to ``previous``'s are its own objects, so the
     readings an agent keeps share what they have in common."""
-    rows = list(tracebacks)
+    rows = _merged(tracebacks)
     known = {frame: frame for frame in previous.frames} if previous is not None else {}
     index: dict[Frame, int] = {}
     frames: list[Frame] = []
@@ -157,6 +157,23 @@ def fold_stacks(
         sum(row[4] for row in rows) - sum(counts),
     )
     return FoldedStacks(tuple(frames), ids, ends, sizes, counts, other)
+
+
+def _merged(tracebacks: Iterable[RawTracebackInfo]) -> list[RawTracebackInfo]:
+    """The rows, those of equal domain and frames summed into the first:
+    the core keeps a traceback per route (issue 26), and a stack is all of
+    them.  Without routes no two are equal and the rows are kept as given."""
+    rows = list(tracebacks)
+    first: dict[tuple[int, object], int] = {}
+    merged: list[RawTracebackInfo] = []
+    for row in rows:
+        at = first.setdefault((row[0], row[1]), len(merged))
+        if at == len(merged):
+            merged.append(row)
+        else:
+            domain, frames, total_nframe, size, count = merged[at]
+            merged[at] = (domain, frames, total_nframe, size + row[3], count + row[4])
+    return merged if len(merged) < len(rows) else rows
 
 
 def unfold_stacks(folded: FoldedStacks) -> list[Stack]:

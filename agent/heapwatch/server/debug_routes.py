@@ -36,7 +36,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qs
 
@@ -54,6 +54,8 @@ from heapwatch.formats.leaks import SUSPECT, rank_scores
 from heapwatch.formats.pprof import encode_go_heap_profile
 from heapwatch.formats.report import (
     KEY_TYPES,
+    ROUTE_KEY,
+    TOP_KEY_TYPES,
     Report,
     diff_report,
     format_text,
@@ -61,8 +63,15 @@ from heapwatch.formats.report import (
     to_json,
     top_report,
 )
-from heapwatch.formats.rows import group_rows
-from heapwatch.server.dumps import DumpService, age_clock, iter_traces
+from heapwatch.formats.rows import group_rows, route_rows
+from heapwatch.runtime.route_names import name_of
+from heapwatch.server.dumps import (
+    DumpService,
+    age_clock,
+    dump_routes,
+    iter_routed_traces,
+    iter_traces,
+)
 from heapwatch.server.page import add_page_routes, live_view, page_response
 from heapwatch.server.session import wants_page
 from heapwatch.server.termination_log import crossing
@@ -157,23 +166,25 @@ def _flag(params: Mapping[str, str], name: str) -> bool:
     return value == "1"
 
 
-def parse_report_query(environ: WSGIEnvironment, *, ages: bool = False) -> ReportQuery:
+def parse_report_query(
+    environ: WSGIEnvironment, *, ages: bool = False, routes: bool = False
+) -> ReportQuery:
     """key_type, limit, cumulative and the output format of a top or diff
-    request, and with ``ages`` its min_age; raises BadParameter naming the
-    parameter and what it accepts."""
+    request, and with ``ages`` its min_age; ``routes`` lets a top group by
+    route; raises BadParameter naming the parameter and what it accepts."""
     names = ("key_type", "limit", "cumulative", "format")
     params = _query(environ, (*names, "min_age") if ages else names)
     key_type = params.get("key_type", "lineno")
-    if key_type not in KEY_TYPES:
+    allowed = TOP_KEY_TYPES if routes else KEY_TYPES
+    if key_type not in allowed:
         raise BadParameter(
-            f"key_type={_shown(key_type)} is invalid: "
-            "key_type is one of lineno, filename, traceback"
+            f"key_type={_shown(key_type)} is invalid: key_type is one of {', '.join(allowed)}"
         )
     limit = _limit(params)
     cumulative = _flag(params, "cumulative")
-    if cumulative and key_type == "traceback":
+    if cumulative and key_type in ("traceback", ROUTE_KEY):
         raise BadParameter(
-            "cumulative=1 is invalid with key_type=traceback: cumulative needs lineno or filename"
+            f"cumulative=1 is invalid with key_type={key_type}: cumulative needs lineno or filename"
         )
     as_json = _as_json(params, environ)
     age = params.get("min_age")
@@ -183,6 +194,8 @@ def parse_report_query(environ: WSGIEnvironment, *, ages: bool = False) -> Repor
             min_age = parse_age(age)
         except ValueError as exc:
             raise BadParameter(f"min_age={_shown(age)} is invalid: min_age is {exc}") from None
+    if min_age is not None and key_type == ROUTE_KEY:
+        raise BadParameter("min_age is invalid with key_type=route: a top by route is of all")
     return ReportQuery(key_type, limit, cumulative, as_json, min_age)
 
 
@@ -265,6 +278,22 @@ def top_of(
     traces (it was taken with them at ``at``) that old by the agent's epochs."""
     if query.min_age is not None:
         return _top_of_old(snap, query, query.min_age, age_clock(snap, at, agent), at)
+    if query.key_type == ROUTE_KEY:
+        names: dict[int, str] = {}
+        grouped = route_rows(
+            (names.get(rid) or names.setdefault(rid, name_of(rid)), row[3], row[4])
+            for rid, row in zip(snap.routes(), snap.tracebacks())
+        )
+        return top_report(
+            grouped.rows,
+            grouped.total,
+            key_type=ROUTE_KEY,
+            cumulative=False,
+            limit=query.limit,
+            mode=snap.mode,
+            sample_interval=snap.sample_interval,
+            meta=_meta(),
+        )
     groups = snap.group(cast("_core.KeyType", query.key_type), query.cumulative)
     return top_report(
         groups.statistics(),
@@ -483,10 +512,13 @@ class _Routes:
             # Written as it is produced, with no length: the connection's end
             # ends the body.  A dump cut short lacks its end record and
             # checksum, so every reader reports it as truncated.
-            traces = iter_traces(snap)
+            routes = dump_routes(snap)
+            traces: Generator[Any, None, None] = (
+                iter_traces(snap) if routes is None else iter_routed_traces(snap)
+            )
             del snap  # the generator's: released when it is closed
             try:
-                write_dump(cast("Any", _Writer(write)), header, traces)
+                write_dump(cast("Any", _Writer(write)), header, traces, routes=routes)
             except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
                 log.debug("heapwatch dump: the client left before the end")
             finally:
@@ -504,7 +536,10 @@ class _Routes:
             return _respond(start_response, "200 OK", body, content_type)
 
         return self._guarded(
-            environ, start_response, lambda: parse_report_query(environ, ages=True), build
+            environ,
+            start_response,
+            lambda: parse_report_query(environ, ages=True, routes=True),
+            build,
         )
 
     def diff(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -549,6 +584,7 @@ class _Routes:
                 snap,
                 default_sample_type=default_sample_type,
                 comments=[f"heapwatch pid {os.getpid()} on {socket.gethostname()}"],
+                route_name=name_of,
             )
             return _respond(
                 start_response,

@@ -36,6 +36,7 @@ from heapwatch._version import __version__
 from heapwatch.runtime.forks import call_before_fork
 from heapwatch.runtime.problems import ProblemLog
 from heapwatch.runtime.procmem import ProcessMemory, compute_untraced, read_process_memory
+from heapwatch.runtime.route_names import names_of
 from heapwatch.runtime.source import CoreSource
 from heapwatch.runtime.threads import join_thread, start_thread
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
     from heapwatch.agent.config import AgentConfig
     from heapwatch.agent.interface import AgentView
-    from heapwatch.formats.dump import AgeClock, AgedTrace, DumpHeader, RawTrace
+    from heapwatch.formats.dump import AgeClock, AgedTrace, DumpHeader, RawTrace, RoutedTrace
 
 __all__ = [
     "BLACK_BOX_KIND",
@@ -56,6 +57,8 @@ __all__ = [
     "dump_dir_problem",
     "dump_header",
     "dump_name",
+    "dump_routes",
+    "iter_routed_traces",
     "iter_traces",
     "list_dump_entries",
     "list_dumps",
@@ -153,8 +156,29 @@ def dump_header(
     )
 
 
-def iter_traces(
+def dump_routes(snap: _core.Snapshot) -> dict[int, str] | None:
+    """The names of the routes ``snap``'s tracebacks carry (what the
+    dump's writer is given), or None when none carries one."""
+    names = names_of(snap.routes())
+    return names or None
+
+
+def iter_routed_traces(
     snap: _core.Snapshot, batch: int = _TRACE_BATCH
+) -> Generator[RoutedTrace, None, None]:
+    """``iter_traces`` with each trace's route id: ((trace, age), route).
+    Each batch selects the tracebacks of one route (a trace does not say
+    its traceback, so its mask's route says its route)."""
+    by_route: dict[int, list[int]] = {}
+    for index, rid in enumerate(snap.routes()):
+        by_route.setdefault(rid, []).append(index)
+    for rid, indices in by_route.items():
+        for trace in iter_traces(snap, batch, indices):
+            yield trace, rid
+
+
+def iter_traces(
+    snap: _core.Snapshot, batch: int = _TRACE_BATCH, indices: list[int] | None = None
 ) -> Generator[AgedTrace, None, None]:
     """Every trace of ``snap`` (taken with traces) with its age, as the
     writer takes them (``(trace, age)``), about ``batch`` at a time, each
@@ -168,18 +192,21 @@ def iter_traces(
     interval of its estimated bytes, or once when larger.
 
     A caller that stops early closes it (``close()``): a suspended one holds
-    the snapshot and a batch of traces.
+    the snapshot and a batch of traces.  ``indices`` (tracebacks' indices)
+    keeps the traces of those only.
     """
-    if snap.ntraces <= batch:
+    if indices is None and snap.ntraces <= batch:
         yield from _paired(snap.traces(ages=True))
         return
     rows = snap.tracebacks()
+    picked = range(len(rows)) if indices is None else indices
     exact = snap.mode == "exact"
     interval = max(1, snap.sample_interval)
     mask = bytearray(len(rows))
     selected: list[int] = []
     planned = 0
-    for index, (_domain, _frames, _total, size, count) in enumerate(rows):
+    for index in picked:
+        count, size = rows[index][4], rows[index][3]
         mask[index] = 1
         selected.append(index)
         planned += count if exact else size // interval + 1
@@ -249,7 +276,8 @@ def write_dump_file(
     directory: str,
     name: str,
     header: DumpHeader,
-    traces: Union[Iterator[RawTrace], Iterator[AgedTrace]],
+    traces: Union[Iterator[RawTrace], Iterator[AgedTrace], Iterator[RoutedTrace]],
+    routes: Mapping[int, str] | None = None,
 ) -> str:
     """Writes a dump as ``directory/name`` and returns its path.
 
@@ -271,7 +299,7 @@ def write_dump_file(
     fd = _core.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as fp:
-            write_dump(fp, header, traces)
+            write_dump(fp, header, traces, routes=routes)
             fp.flush()
             os.fsync(fp.fileno())
         os.replace(temporary, final)
@@ -782,14 +810,17 @@ class DumpService:
         with self.dump_lock:
             snap = self.source.snapshot(traces=True)
             ntraces = snap.ntraces
-            traces = iter_traces(snap, batch)
+            routes = dump_routes(snap)
+            traces: Generator[Any, None, None] = (
+                iter_traces(snap, batch) if routes is None else iter_routed_traces(snap, batch)
+            )
             try:
                 now = self.clock()
                 self._sequence += 1
                 name = dump_name(now, os.getpid(), self._sequence, kind)
                 extra = prepare(snap, os.path.join(directory, name)) if prepare else None
                 header = self.header_of(snap, trigger, now, extra)
-                path = write_dump_file(directory, name, header, traces)
+                path = write_dump_file(directory, name, header, traces, routes)
             finally:
                 # A dump that fails (a full disk, a read-only one) raises
                 # from deep in the writer: the frames its exception carries

@@ -13,6 +13,7 @@ from heapwatch.formats.dump.format import (
     DumpError,
     DumpHeader,
     RawTrace,
+    RoutedTrace,
 )
 from heapwatch.formats.dump.reader import iter_dump, read_dump, sniff
 from heapwatch.formats.dump.writer import process_header, write_dump
@@ -25,6 +26,7 @@ __all__ = [
     "DumpError",
     "DumpHeader",
     "RawTrace",
+    "RoutedTrace",
     "iter_dump",
     "process_header",
     "read_dump",

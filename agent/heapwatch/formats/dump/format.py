@@ -30,6 +30,7 @@ __all__ = [
     "MAX_FRAMES",
     "MAX_HEADER_BYTES",
     "MAX_LINENO",
+    "MAX_ROUTE",
     "MAX_STRING_BYTES",
     "MAX_TOTAL_NFRAME",
     "MAX_U64",
@@ -42,9 +43,11 @@ __all__ = [
     "REC_END",
     "REC_EXTENSION_MIN",
     "REC_HEADER",
+    "REC_ROUTE",
     "REC_STRING",
     "REC_TRACE",
     "REC_TRACEBACK",
+    "REC_TRACEBACK_ROUTE",
     "REC_TRACE_DOMAIN",
     "U32",
     "AgeClock",
@@ -55,6 +58,7 @@ __all__ = [
     "Frames",
     "PathArg",
     "RawTrace",
+    "RoutedTrace",
     "encode_str",
     "header_problem",
     "is_int",
@@ -69,13 +73,16 @@ Frames = tuple[tuple[str, int], ...]
 #: snapshot it was recorded, as ``heapwatch._core.Snapshot.traces(ages=True)``
 #: gives it; None for a trace of a dump that carries no ages.
 AgedTrace = tuple[RawTrace, Union[int, None]]
+#: A trace (aged or not) with its route id (format 1.2; 0: no route), as
+#: ``write_dump(routes=...)`` takes them.
+RoutedTrace = tuple[Union[RawTrace, AgedTrace], int]
 PathArg = Union[str, "os.PathLike[str]"]
 
 #: The format's major version: a reader refuses files of a newer major version.
 FORMAT_VERSION = 1
 #: The minor version this module writes; readers accept every minor version of
 #: their major version (minor versions only add what older readers may skip).
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 
 # PNG-style magic: the high-bit first byte catches 7-bit transports, the name
 # makes `head -c 16` readable, CR LF and LF catch newline translation, ^Z stops
@@ -101,6 +108,12 @@ REC_EXTENSION_MIN = 0x80
 # Format 1.1: the traces that follow are this many epochs old.  An extension
 # record, so that 1.0 readers skip it and read the traces without their ages.
 REC_AGE = 0x80
+# Format 1.2 (issue 26): a route's name, and the route of the traceback
+# defined just before.  Extension records too: 1.0 and 1.1 readers skip
+# them and read the traces of every route as one (the same frames under
+# two routes are two tracebacks, which they sum as any grouping does).
+REC_ROUTE = 0x81
+REC_TRACEBACK_ROUTE = 0x82
 RECORD_NAMES = {
     REC_HEADER: "header",
     REC_STRING: "string",
@@ -109,6 +122,8 @@ RECORD_NAMES = {
     REC_TRACE_DOMAIN: "trace",
     REC_END: "end",
     REC_AGE: "age",
+    REC_ROUTE: "route",
+    REC_TRACEBACK_ROUTE: "traceback route",
 }
 
 MODES = ("exact", "sample")
@@ -121,6 +136,7 @@ MAX_FRAMES = 0xFFFF
 MAX_TOTAL_NFRAME = 0xFFFF
 MAX_LINENO = 0xFFFFFFFF
 MAX_DOMAIN = 0xFFFFFFFF
+MAX_ROUTE = 0xFFFF
 MAX_U64 = (1 << 64) - 1
 MAX_VARINT_BYTES = 10
 
@@ -195,11 +211,16 @@ class DumpHeader:
 class Dump:
     """A whole dump: its header and every trace, in the order written; with
     ``header.ages``, ``ages`` holds each trace's age in epochs, in the same
-    order (else it is None)."""
+    order (else it is None); ``routes`` the route each was allocated for."""
 
     header: DumpHeader
     traces: list[RawTrace]
     ages: list[int] | None = None
+    routes: list[int] | None = None
+    """Each trace's route id (0: none), in the same order, when the dump
+    names any route (format 1.2 on); else None."""
+    route_names: Mapping[int, str] = field(default_factory=dict)
+    """The name of each route id the dump uses."""
 
 
 # --------------------------------------------------------------------------

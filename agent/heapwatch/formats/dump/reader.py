@@ -27,6 +27,7 @@ from heapwatch.formats.dump.format import (
     MAX_FRAMES,
     MAX_HEADER_BYTES,
     MAX_LINENO,
+    MAX_ROUTE,
     MAX_STRING_BYTES,
     MAX_TOTAL_NFRAME,
     MAX_U64,
@@ -38,10 +39,12 @@ from heapwatch.formats.dump.format import (
     REC_END,
     REC_EXTENSION_MIN,
     REC_HEADER,
+    REC_ROUTE,
     REC_STRING,
     REC_TRACE,
     REC_TRACE_DOMAIN,
     REC_TRACEBACK,
+    REC_TRACEBACK_ROUTE,
     RECORD_NAMES,
     U32,
     AgeClock,
@@ -314,6 +317,11 @@ class _Parser:
         self._frames: dict[tuple[int, int], tuple[str, int]] = {}
         self._trace_cache: dict[tuple[int, int], RawTrace] = {}
         self._trace_cache_size = trace_cache_size
+        # Format 1.2: the routes' names, and the route of each routed
+        # traceback by its frames tuple (one per traceback: a trace's frames
+        # say which traceback it is, so the hot path never looks routes up).
+        self.route_names: dict[int, str] = {}
+        self.routes_by_frames: dict[int, int] = {}
 
     # -- buffer --------------------------------------------------------------
 
@@ -562,6 +570,10 @@ class _Parser:
                     elif tag == REC_AGE and self._minor >= 1:
                         pos = self._read_age(pos + 1)
                         age = self._age
+                    elif tag == REC_ROUTE and self._minor >= 2:
+                        pos = self._read_route(pos + 1)
+                    elif tag == REC_TRACEBACK_ROUTE and self._minor >= 2:
+                        pos = self._read_traceback_route(pos + 1)
                     elif tag >= REC_EXTENSION_MIN:
                         pos = self._skip_extension(pos + 1)
                     elif tag == REC_HEADER:
@@ -656,6 +668,55 @@ class _Parser:
         self._age = age
         return end
 
+    def _payload(self, pos: int, what: str) -> tuple[bytes, int]:
+        """The payload of a short extension record (a varint length, then
+        that many bytes, at most MAX_STRING_BYTES and a varint more), and
+        the position after it."""
+        length, pos = _varint_at(self._buf, pos)
+        if length > MAX_STRING_BYTES + MAX_VARINT_BYTES * 2:
+            raise _Malformed(f"{what} record length {length} exceeds the limit")
+        if len(self._buf) - pos < length:
+            pos = self._refill(pos, length)
+        if len(self._buf) - pos < length:
+            raise IndexError
+        return self._buf[pos : pos + length], pos + length
+
+    def _read_route(self, pos: int) -> int:
+        payload, end = self._payload(pos, "route")
+        try:
+            route, at = _varint_at(payload, 0)
+            length, at = _varint_at(payload, at)
+        except IndexError:
+            raise _Malformed("the route record ends inside its varints") from None
+        if not 1 <= route <= MAX_ROUTE:
+            raise _Malformed(f"route id {route} is not in 1..{MAX_ROUTE}")
+        if route in self.route_names:
+            raise _Malformed(f"route id {route} is named twice")
+        if at + length != len(payload):
+            raise _Malformed(
+                f"the route record holds {len(payload)} bytes, its name says {at + length}"
+            )
+        self.route_names[route] = _decode_str(payload[at:], "a route's name")
+        return end
+
+    def _read_traceback_route(self, pos: int) -> int:
+        payload, end = self._payload(pos, "traceback route")
+        try:
+            route, at = _varint_at(payload, 0)
+        except IndexError:
+            raise _Malformed("the traceback route record ends inside its varint") from None
+        if at != len(payload):
+            raise _Malformed(f"the traceback route record holds {len(payload)} bytes, not {at}")
+        if route not in self.route_names:
+            raise _Malformed(f"undefined route id {route}")
+        if not self._tracebacks:
+            raise _Malformed("a traceback route before any traceback")
+        frames = self._tracebacks[-1]
+        if id(frames) in self.routes_by_frames:
+            raise _Malformed(f"traceback {len(self._tracebacks) - 1} has a route already")
+        self.routes_by_frames[id(frames)] = route
+        return end
+
     def _skip_extension(self, pos: int) -> int:
         length, pos = _varint_at(self._buf, pos)
         if length > MAX_EXTENSION_BYTES:
@@ -748,7 +809,11 @@ def read_dump(
                 )
     finally:
         raw.close()
-    return Dump(header, traces, ages)
+    by_frames = parser.routes_by_frames
+    routes = None
+    if parser.route_names:
+        routes = [by_frames.get(id(trace[2]), 0) for trace in traces]
+    return Dump(header, traces, ages, routes, parser.route_names)
 
 
 class _TraceIterator(Iterator[Any]):

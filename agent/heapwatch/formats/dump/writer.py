@@ -26,6 +26,7 @@ from heapwatch.formats.dump.format import (
     MAX_FRAMES,
     MAX_HEADER_BYTES,
     MAX_LINENO,
+    MAX_ROUTE,
     MAX_TOTAL_NFRAME,
     MAX_U64,
     MODES,
@@ -33,10 +34,12 @@ from heapwatch.formats.dump.format import (
     REC_AGE,
     REC_END,
     REC_HEADER,
+    REC_ROUTE,
     REC_STRING,
     REC_TRACE,
     REC_TRACE_DOMAIN,
     REC_TRACEBACK,
+    REC_TRACEBACK_ROUTE,
     U32,
     AgeClock,
     AgedTrace,
@@ -45,6 +48,7 @@ from heapwatch.formats.dump.format import (
     Frames,
     PathArg,
     RawTrace,
+    RoutedTrace,
     encode_str,
     header_problem,
     is_int,
@@ -137,17 +141,20 @@ def _header_record(header: DumpHeader) -> bytes:
 def write_dump(
     target: Union[PathArg, BinaryIO],
     header: DumpHeader,
-    traces: Union[Iterable[RawTrace], Iterable[AgedTrace]],
+    traces: Union[Iterable[RawTrace], Iterable[AgedTrace], Iterable[RoutedTrace]],
     *,
     compress: bool = True,
     compresslevel: int = 1,
+    routes: Mapping[int, str] | None = None,
 ) -> None:
     """Writes header and traces as a dump to target (a path, or a binary file
     open for writing, which is left open).
 
     With ``header.ages`` set, each trace is a ``(trace, age)`` pair, age
     the epochs since it was recorded (0 to ``header.ages.epoch``); else a
-    plain trace.
+    plain trace.  With ``routes`` (route id -> name), each item is that
+    paired with its route id (0: no route, else a key of ``routes``): the
+    same frames under two routes are two tracebacks (format 1.2).
 
     Streams: traces may be any iterable (a generator of millions); memory is
     proportional to the distinct tracebacks and filenames, not to the traces.
@@ -164,7 +171,7 @@ def write_dump(
         path = os.fspath(target)
         with open(path, "wb") as fp:
             try:
-                _write(fp, header, traces, compress, compresslevel)
+                _write(fp, header, traces, compress, compresslevel, routes=routes)
             except BaseException:
                 fp.close()
                 # a half-written dump is only ever an error for its readers
@@ -172,29 +179,33 @@ def write_dump(
                     os.unlink(path)
                 raise
     else:
-        _write(target, header, traces, compress, compresslevel)
+        _write(target, header, traces, compress, compresslevel, routes=routes)
 
 
 def _write(
     fp: BinaryIO,
     header: DumpHeader,
-    traces: Union[Iterable[RawTrace], Iterable[AgedTrace]],
+    traces: Union[Iterable[RawTrace], Iterable[AgedTrace], Iterable[RoutedTrace]],
     compress: bool,
     level: int,
+    *,
+    routes: Mapping[int, str] | None = None,
 ) -> None:
     header_record = _header_record(header)
     sink = _Sink(fp, compress, level)
     out = sink.buf
     out += header_record
     strings: dict[str, int] = {}
-    # (frames, total_nframe) -> the traceback id's varint
-    tracebacks: dict[tuple[Frames, int], bytes] = {}
+    # (frames, total_nframe, route) -> the traceback id's varint
+    tracebacks: dict[tuple[Frames, int, int], bytes] = {}
+    named: set[int] = set()  # the routes whose names were written
+    route = 0
     # id(frames) -> (frames, total_nframe, trace record prefix, id varint).
     # The tracer hands out one frames tuple per traceback, so identity finds
     # it without hashing every frame of every trace; holding frames keeps its
     # id from being reused, and clearing when full bounds the cache should a
     # producer build a new tuple per trace.
-    by_identity: dict[int, tuple[Frames, int, bytes, bytes]] = {}
+    by_identity: dict[tuple[int, int], tuple[Frames, int, bytes, bytes]] = {}
     ntraces = 0
     max_age = -1 if header.ages is None else header.ages.epoch
     last_age: object = None
@@ -204,8 +215,10 @@ def _write(
     for item in traces:
         trace = item
         try:
+            if routes is not None:
+                trace, route = trace
             if max_age >= 0:
-                trace, age = item
+                trace, age = trace
                 if age != last_age:
                     # A trace is no older than the epochs before the dump's.
                     if not (type(age) is int and 0 <= age <= max_age):
@@ -216,14 +229,18 @@ def _write(
                     out += age_data
                     last_age = age
             domain, size, frames, total_nframe = trace
-            hit = by_identity.get(id(frames))
+            hit = by_identity.get((id(frames), route))
             if hit is None or hit[0] is not frames or hit[1] != total_nframe:
-                tb_id = tracebacks.get((frames, total_nframe))
+                tb_id = tracebacks.get((frames, total_nframe, route))
                 if tb_id is None:
-                    tb_id = _define_traceback(out, strings, tracebacks, frames, total_nframe)
+                    tb_id = _define_traceback(
+                        out, strings, tracebacks, frames, total_nframe, route=route
+                    )
+                    if route:
+                        _route_traceback(out, route, routes or {}, named)
                 if len(by_identity) >= _IDENTITY_CACHE_SIZE:
                     by_identity.clear()
-                hit = by_identity[id(frames)] = (
+                hit = by_identity[(id(frames), route)] = (
                     frames,
                     total_nframe,
                     bytes([REC_TRACE]) + tb_id,
@@ -253,6 +270,8 @@ def _write(
             shape = "(domain, size, frames, total_nframe)"
             if max_age >= 0:
                 shape = f"({shape}, age)"
+            if routes is not None:
+                shape = f"({shape}, route)"
             raise DumpError(
                 f"cannot write trace #{ntraces} {_short(item)}: not a {shape} trace ({exc})"
             ) from exc
@@ -271,12 +290,37 @@ def _short(trace: object) -> str:
     return text if len(text) <= 200 else text[:200] + "...)"
 
 
+def _route_traceback(
+    out: bytearray, route: object, routes: Mapping[int, str], named: set[int]
+) -> None:
+    """Appends the records saying that the traceback just defined was
+    allocated for ``route`` (its name first, the first time)."""
+    if not (isinstance(route, int) and not isinstance(route, bool) and 0 < route <= MAX_ROUTE):
+        raise DumpError(f"route {route!r} is not an int in 0..{MAX_ROUTE}")
+    data = encode_varint(route)
+    if route not in named:
+        name = routes.get(route)
+        if name is None:
+            raise DumpError(f"route {route} has no name in the routes given")
+        encoded = encode_str(name, "a route's name")
+        payload = data + encode_varint(len(encoded)) + encoded
+        out.append(REC_ROUTE)
+        out += encode_varint(len(payload))
+        out += payload
+        named.add(route)
+    out.append(REC_TRACEBACK_ROUTE)
+    out += encode_varint(len(data))
+    out += data
+
+
 def _define_traceback(
     out: bytearray,
     strings: dict[str, int],
-    tracebacks: dict[tuple[Frames, int], bytes],
+    tracebacks: dict[tuple[Frames, int, int], bytes],
     frames: Frames,
     total_nframe: int,
+    *,
+    route: int = 0,
 ) -> bytes:
     """Appends the records defining a new traceback (and its new filenames)
     to out; returns its id's varint."""
@@ -305,7 +349,7 @@ def _define_traceback(
         body += encode_varint(string_id)
         body += encode_varint(lineno)
     out += body
-    tb_id = tracebacks[(frames, total_nframe)] = encode_varint(len(tracebacks))
+    tb_id = tracebacks[(frames, total_nframe, route)] = encode_varint(len(tracebacks))
     return tb_id
 
 

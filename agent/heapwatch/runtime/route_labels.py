@@ -1,0 +1,31 @@
+"""Switches the core's route labels on and off (the agent, in sample mode).
+
+On: the core reads ``current_route`` (heapwatch's middlewares and ``route()``)
+at each sampled allocation, and, when it gives no route, the current
+OpenTelemetry span's route once the service's SDK provider is set up
+(``poll`` hooks it when it appears: the auto-start hook runs before the
+service configures OpenTelemetry).
+"""
+
+from __future__ import annotations
+
+from heapwatch import _core
+from heapwatch.runtime import span_routes
+from heapwatch.runtime.routes import current_route
+
+__all__ = ["disable", "enable", "poll"]
+
+
+def enable() -> None:
+    _core.set_route_var(current_route)
+    span_routes.attach()
+
+
+def poll() -> None:
+    """Hooks OpenTelemetry's provider if it appeared since; cheap otherwise."""
+    span_routes.attach()
+
+
+def disable() -> None:
+    _core.set_route_var(None)
+    span_routes.detach()
