@@ -61,7 +61,8 @@ def test_the_span_s_route_and_its_children_label_allocations() -> None:
         route_labels.poll()  # the agent's next cycle
         tracer = trace.get_tracer("test")
         keep = []
-        with tracer.start_as_current_span("GET /items/{id}", attributes={"http.route": "/items/{id}"}):
+        route = {"http.route": "/items/{id}"}
+        with tracer.start_as_current_span("GET /items/{id}", attributes=route):
             alloc(keep)
             with tracer.start_as_current_span("db query"):  # a child: no http.route
                 alloc(keep)
