@@ -76,6 +76,13 @@ CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     "hw-sample": ("heapwatch sample 512K", 1.05, "stdlib-1"),
     # The agent's default in sample mode (nframe deeper than 1).
     "hw-sample-deep": (f"heapwatch sample 512K n{DEFAULT_NFRAME['sample']}", 1.05, "stdlib-1"),
+    # The same inside a request, each sampled allocation labelled with its
+    # route (issue 26: at most 1.01x hw-sample-deep, compared by hand).
+    "hw-sample-route": (
+        f"heapwatch sample 512K n{DEFAULT_NFRAME['sample']} route",
+        1.05,
+        "stdlib-1",
+    ),
 }
 # Configurations of the slowdown and instructions suites only.
 TIMING_ONLY = {FLOOR_CONFIG}
@@ -104,7 +111,7 @@ INSTRUCTION_SCALES = (0.05, 0.1)
 # workload's number of allocations, whichever of these ran.
 EXACT = ("hw-exact-1", "hw-exact-25", "hw-dropin-1", "hw-dropin-25")
 # Sample mode traces few blocks: per-block figures mean nothing there.
-SAMPLED = {"hw-sample", "hw-sample-deep"}
+SAMPLED = {"hw-sample", "hw-sample-deep", "hw-sample-route"}
 
 RSS_TARGET = 48.0  # bytes per live traced block, heapwatch at nframe 1
 CYCLE_TARGET_MS = 50.0

@@ -14,6 +14,7 @@ from types import ModuleType
 import floor
 from heapwatch import _core
 from heapwatch.agent.config import DEFAULT_NFRAME
+from heapwatch.runtime.routes import ROUTE_NONE, current_route, route_id
 
 FLOOR = floor.load()
 
@@ -32,6 +33,10 @@ class Tracer:
     # heapwatch's start profile: "agent" as the agent starts the core
     # (heapwatch.runtime.source.CoreSource), "tracemalloc" as the drop-in does.
     profile: str = "tracemalloc"
+    # Whether the workload runs inside a request: the core reads the route
+    # variable at each sampled allocation, as the agent sets it up in sample
+    # mode (threads the workload starts have no route: the read finds none).
+    route: bool = False
 
     def start(self) -> None:
         if self.family == "stdlib":
@@ -39,6 +44,9 @@ class Tracer:
         elif self.family == "heapwatch":
             if self.mode == "sample":
                 _core.start(self.nframe, "sample", SAMPLE_INTERVAL)
+                if self.route:
+                    _core.set_route_var(current_route)
+                    current_route.set(route_id("/bench/items/{id}"))
             else:
                 _core.start(self.nframe, "exact", profile=self.profile)  # type: ignore[arg-type]
         elif self.family == "floor":
@@ -48,6 +56,9 @@ class Tracer:
         if self.family == "stdlib":
             tracemalloc.stop()
         elif self.family == "heapwatch":
+            if self.route:
+                _core.set_route_var(None)
+                current_route.set(ROUTE_NONE)
             _core.stop()
         elif self.family == "floor":
             floor_module().stop()
@@ -100,6 +111,8 @@ TRACERS: dict[str, Tracer] = {
         Tracer("hw-sample", "heapwatch", 1, "sample"),  # _core.start(1, "sample", 512 KiB)
         # The agent's default in sample mode: the same, at its default nframe.
         Tracer("hw-sample-deep", "heapwatch", DEFAULT_NFRAME["sample"], "sample"),
+        # The agent's sample mode inside a request: allocations labelled.
+        Tracer("hw-sample-route", "heapwatch", DEFAULT_NFRAME["sample"], "sample", route=True),
         # What any hook costs where sample mode's hooks go (floor.py).
         Tracer(floor.CONFIG, "floor", 0, ""),
     )

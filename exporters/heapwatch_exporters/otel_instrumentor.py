@@ -23,6 +23,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 
 from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.interface import Agent, get_agent, start_agent, stop_agent
+from heapwatch.runtime import route_labels
 from heapwatch_exporters.otel import OtelExporter
 
 __all__ = ["HeapwatchInstrumentor"]
@@ -44,6 +45,9 @@ class HeapwatchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         meter_provider = kwargs.get("meter_provider")
         agent = get_agent()
         if agent is not None:
+            # Auto-started before OpenTelemetry was set up: the spans' routes
+            # label allocations from now on, not from the agent's next cycle.
+            route_labels.poll()
             if not any(exporter.name == "otlp" for exporter in agent.exporters):
                 exporter = OtelExporter(meter_provider=meter_provider)
                 if agent.add_exporter(exporter):

@@ -15,17 +15,25 @@ from heapwatch.runtime.routes import current_route
 
 __all__ = ["disable", "enable", "poll"]
 
+_enabled = False
+
 
 def enable() -> None:
+    global _enabled
+    _enabled = True
     _core.set_route_var(current_route)
     span_routes.attach()
 
 
 def poll() -> None:
-    """Hooks OpenTelemetry's provider if it appeared since; cheap otherwise."""
-    span_routes.attach()
+    """Hooks OpenTelemetry's provider if it appeared since and labels are on
+    (the agent's cycle, and opentelemetry-instrument once it set it up)."""
+    if _enabled:
+        span_routes.attach()
 
 
 def disable() -> None:
+    global _enabled
+    _enabled = False
     _core.set_route_var(None)
     span_routes.detach()

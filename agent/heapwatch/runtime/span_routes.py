@@ -35,7 +35,8 @@ _ROUTE_ATTRIBUTE = "http.route"
 
 
 class RouteSpanProcessor:
-    """A SpanProcessor (duck-typed: OpenTelemetry's SDK calls these methods)."""
+    """A SpanProcessor; attached as a subclass of the SDK's too (``_processor``),
+    so that hooks a later SDK adds get the SDK's defaults."""
 
     def __init__(self) -> None:
         self.active = True
@@ -98,16 +99,18 @@ class _Bridge:
             return False  # the service does not use OpenTelemetry (yet)
         with self._lock:
             try:
-                provider = trace.get_tracer_provider()
-                if provider is self.provider:
-                    return True
+                # The global provider as set, not get_tracer_provider(), which
+                # may create one from OTEL_PYTHON_TRACER_PROVIDER: the service's.
+                provider = getattr(trace, "_TRACER_PROVIDER", None)
+                if provider is None or provider is self.provider:
+                    return provider is not None
                 add = getattr(provider, "add_span_processor", None)
                 found = _context_var()
                 if add is None or found is None:
                     return False  # a no-op or proxy provider: not set up yet
                 if self.processor is not None:
                     self.processor.active = False  # the previous provider's
-                processor = RouteSpanProcessor()
+                processor = _processor()
                 add(processor)
                 _core.set_span_routes(*found)
                 self.processor, self.provider = processor, provider
@@ -123,6 +126,16 @@ class _Bridge:
                 self.processor.active = False
             self.processor = self.provider = None
             _core.set_span_routes(None, None)
+
+
+def _processor() -> RouteSpanProcessor:
+    sdk = sys.modules.get("opentelemetry.sdk.trace")
+    base = getattr(sdk, "SpanProcessor", None)
+    if isinstance(base, type):
+        subclass = type("HeapwatchRouteSpanProcessor", (RouteSpanProcessor, base), {})
+        processor: RouteSpanProcessor = subclass()
+        return processor
+    return RouteSpanProcessor()
 
 
 def _context_var() -> tuple[ContextVar[Any], str] | None:

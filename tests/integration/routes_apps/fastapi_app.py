@@ -1,0 +1,43 @@
+"""FastAPI: /keep/{n} keeps n blocks, /churn/{n} allocates and frees them,
+each awaiting between blocks so that concurrent requests interleave."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from fastapi import FastAPI
+from truth import BLOCK, by_route, keep_one
+
+app = FastAPI()
+
+
+@app.get("/keep/{n}")
+async def keep(n: int) -> str:
+    for _ in range(n):
+        keep_one()
+        await asyncio.sleep(0)
+    return "kept"
+
+
+@app.get("/churn/{n}")
+async def churn(n: int) -> int:
+    total = 0
+    for _ in range(n):
+        block = bytes(BLOCK)  # held across the await: other requests run meanwhile
+        await asyncio.sleep(0)
+        total += len(block)
+        del block
+    return total
+
+
+@app.get("/truth")
+def truth() -> dict[str, Any]:
+    return by_route()
+
+
+if os.environ.get("ROUTES_MIDDLEWARE") == "1":
+    from heapwatch.routes import ASGIMiddleware
+
+    app.add_middleware(ASGIMiddleware)
