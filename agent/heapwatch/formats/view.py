@@ -347,7 +347,7 @@ def script_json(data: Any) -> str:
     escapes back as the same characters)."""
     # Imported here: the agent imports this module for fold_stacks, and an
     # agent that serves nothing imports no json (test_agent_api).
-    import json
+    import json  # noqa: PLC0415 (see above)
 
     # ASCII only: a lone surrogate (a name that was not UTF-8) stays an escape.
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
