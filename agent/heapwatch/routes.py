@@ -59,11 +59,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _enter(rid: int) -> int:
     """Sets the route; returns the one to set back on leaving.
 
-    Set back, not reset with a token: a reset to "never set" deletes the
-    variable from the context, and the core, reading it while CPython
-    deletes it, caches a value of the context being replaced (see
-    docs/design/routes.md).  The route left set is the one it had, so
-    readers see no difference.
+    Set back rather than reset with a token (either is safe: the core reads
+    the context without the variable's cache, docs/design/routes.md); a
+    set is cheaper than the delete a reset to "never set" makes.
     """
     previous = current_route.get()
     current_route.set(rid)
