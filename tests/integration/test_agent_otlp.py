@@ -169,6 +169,12 @@ def otel_env(receiver: Receiver, **extra: str) -> dict[str, str]:
         OTEL_SERVICE_NAME="leaky-service",
         OTEL_RESOURCE_ATTRIBUTES="deployment.environment=test",
         HEAPWATCH_INTERVAL="0.2",
+        # As without opentelemetry-distro (installed for the route tests):
+        # no SDK configured by opentelemetry-instrument, so heapwatch builds
+        # its own MeterProvider, which these tests are about.  (The distro's
+        # configurator would set up gRPC exporters, not installed here.)
+        OTEL_PYTHON_CONFIGURATOR="none",
+        OTEL_PYTHON_DISTRO="none",
         **extra,
     )
 
