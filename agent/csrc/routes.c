@@ -151,15 +151,39 @@ hw_routes_set_span_source(PyObject *var, PyObject *key)
     return 0;
 }
 
+/* The value var has in the calling thread's current context (a new
+ * reference), or NULL; never its default.
+ *
+ * Not PyContextVar_Get: it caches what it finds in the variable, and an
+ * allocation can be recorded inside ContextVar.reset(), after reset
+ * cleared that cache and before it removed the value from the context.
+ * PyContextVar_Get would then cache the value being removed, a borrowed
+ * pointer that reset() never clears again: the host's var.get() would
+ * return the old value, freed by then (tests/core/test_routes.py,
+ * test_reading_a_route_leaves_the_hosts_variables_as_they_are).  The
+ * context's own mapping methods read its HAMT and cache nothing. */
+static PyObject *
+context_value(PyObject *var)
+{
+    PyObject *context = PyThreadState_Get()->context;
+    if (context == NULL || !PyContext_CheckExact(context)) {
+        return NULL;
+    }
+    /* The slots themselves: PyObject_GetItem's checks in a debug build
+     * object to an exception set, and the host may have one set.  contains
+     * first: a missing key would raise, and build a KeyError. */
+    PyTypeObject *type = Py_TYPE(context);
+    if (type->tp_as_sequence->sq_contains(context, var) != 1) {
+        return NULL;
+    }
+    return type->tp_as_mapping->mp_subscript(context, var);
+}
+
 /* The int a ContextVar holds, 0 when unset or not a route id. */
 static uint16_t
 var_route(PyObject *var)
 {
-    PyObject *value = NULL;
-    /* Fails only for what is not a ContextVar, which check_var refused. */
-    if (PyContextVar_Get(var, NULL, &value) < 0) {
-        return 0;
-    }
+    PyObject *value = context_value(var);
     if (value == NULL) {
         return 0;
     }
@@ -181,10 +205,7 @@ span_route(void)
     if (span_count == 0) {
         return 0;
     }
-    PyObject *context = NULL;
-    if (PyContextVar_Get(span_var, NULL, &context) < 0) {
-        return 0;
-    }
+    PyObject *context = context_value(span_var);
     if (context == NULL) {
         return 0;
     }

@@ -16,8 +16,9 @@
  *      span processor fills in on_start (the span's http.route, else its
  *      parent's) and empties in on_end.
  *
- * Neither step runs Python code or allocates: PyContextVar_Get reads a
- * cache or the context's HAMT, the dict lookup is by a str key whose hash is
+ * Neither step runs Python code or allocates: the context's HAMT is read
+ * through the context's mapping methods (never PyContextVar_Get, whose
+ * cache a read inside ContextVar.reset() would leave stale: routes.c), the dict lookup is by a str key whose hash is
  * cached, and the span table holds addresses only (no reference: a span
  * freed without on_end leaves an entry that its address's next span
  * replaces).  Only allocations that are recorded pay: in sample mode, the

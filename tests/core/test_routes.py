@@ -249,6 +249,35 @@ def test_an_exception_being_handled_stays_as_it_is(routes: ModuleType) -> None:
     assert [e.args[0] for e in errors] == list(range(200))
 
 
+@pytest.mark.parametrize(("mode", "interval"), [("exact", 1), ("sample", 256)])
+def test_reading_a_route_leaves_the_hosts_variables_as_they_are(
+    routes: ModuleType, mode: str, interval: int
+) -> None:
+    """An allocation recorded inside ContextVar.reset() must not leave the
+    value being removed in the variable's cache (PyContextVar_Get's): the
+    host's get() would then return it, freed by then."""
+    own: contextvars.ContextVar[int] = contextvars.ContextVar("fresh_route")
+    otel: contextvars.ContextVar[dict[str, object]] = contextvars.ContextVar("fresh_otel")
+    routes.set_route_var(own)
+    routes.set_span_routes(otel, SPAN_KEY)
+
+    def run() -> int:
+        for i in range(20):
+            contextvars.ContextVar(f"other{i}").set(1)  # reset() then allocates
+        stale = 0
+        for _ in range(2000):
+            token = own.set(3)
+            own.reset(token)
+            span_token = otel.set({SPAN_KEY: Span()})
+            otel.reset(span_token)
+            if own.get(None) is not None or otel.get(None) is not None:
+                stale += 1
+        return stale
+
+    routes.start(1, mode, interval)
+    assert contextvars.Context().run(run) == 0
+
+
 def test_bad_arguments_name_the_value(routes: ModuleType) -> None:
     with pytest.raises(TypeError, match="ContextVar or None, not int"):
         routes.set_route_var(3)

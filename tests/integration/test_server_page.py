@@ -14,6 +14,7 @@ from test_server_debug_routes import AUTH, TOKEN, get, leak, url_of
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.server.page import PAGE_CSP, STATIC_FILES
+from support.waiting import wait_for
 
 HTML = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 
@@ -135,3 +136,76 @@ def test_the_view_holds_the_stacks_sites_and_timeline(agent: Agent) -> None:
     names = {frame[2] for frame in data["frames"]}
     assert "leak" in names
     assert get(url_of(agent, "/debug/heapwatch/view?x=1"), AUTH)[0] == 400
+
+
+def leak_stacks(data: dict[str, Any], stacks: list[Any]) -> int:
+    """Bytes of the stacks whose most recent frame is leak()'s line."""
+    frames = data["frames"]
+    return sum(
+        size
+        for ids, size, _count in stacks
+        if frames[ids[-1]][0].endswith("test_server_debug_routes.py")
+        and frames[ids[-1]][2] == "leak"
+    )
+
+
+def test_the_view_offers_the_agents_baselines(agent: Agent) -> None:
+    # The agent's first cycle took one, before this leak
+    wait_for(agent.stack_points, what="a baseline")
+    leak(20)
+    wait_for(lambda: len(agent.history()) >= 3, what="cycles")
+    status, _headers, body = get(url_of(agent, "/debug/heapwatch/view"), AUTH)
+    assert status == 200
+    data = json.loads(body)
+    (point,) = agent.stack_points()  # the next one is minutes away
+    (offered,) = data["baselines"]
+    assert offered["at"] == point.timestamp < data["meta"]["timestamp"]
+    grown = leak_stacks(data, data["stacks"]) - leak_stacks(data, offered["stacks"])
+    assert grown >= 20 * 50_000
+
+
+@pytest.fixture
+def slow_agent() -> Iterator[Agent]:
+    """An agent that cycles only when told to (its thread's first cycle aside)."""
+    options: dict[str, Any] = {"port": 0, "interval": 3600.0, "mode": "exact", "token": TOKEN}
+    started = Agent(AgentConfig().replace(**options))
+    assert started.start()
+    wait_for(lambda: started.readings().cycles >= 1, what="the first cycle")
+    yield started
+    started.stop()
+
+
+def test_the_view_is_built_once_per_cycle(slow_agent: Agent) -> None:
+    view = url_of(slow_agent, "/debug/heapwatch/view")
+    first = get(view, AUTH)[2]
+    leak(20)
+    # The same cycle: the same document, the leak not in it
+    assert get(view, AUTH)[2] == first
+    slow_agent.run_cycle()
+    fresh, old = json.loads(get(view, AUTH)[2]), json.loads(first)
+    assert fresh["meta"]["timestamp"] > old["meta"]["timestamp"]
+    assert leak_stacks(fresh, fresh["stacks"]) - leak_stacks(old, old["stacks"]) >= 20 * 50_000
+
+
+def test_the_baselines_are_not_the_services_memory(
+    slow_agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import inspect
+
+    from heapwatch import _core
+    from heapwatch.agent import agent as agent_module
+    from heapwatch.formats import view
+
+    # Every cycle folds the stacks (nframe 1: a trace's frame is where it was allocated)
+    monkeypatch.setattr(agent_module, "STACK_POINT_SECONDS", 0.0)
+    for _ in range(3):
+        slow_agent.run_cycle()
+    assert len(slow_agent.stack_points()) >= 4
+    code, first = inspect.getsourcelines(view.fold_stacks)
+    ours = range(first, first + len(code))
+    traced = [
+        frames[0]
+        for _domain, frames, _nframe, _size, _count in _core.take_snapshot(traces=True).tracebacks()
+        if frames[0][0] == view.__file__ and frames[0][1] in ours
+    ]
+    assert traced == []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from types import FrameType
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, overload
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -98,11 +98,25 @@ class ModelSnapshot:
         assert key_type == "lineno"
         return self._groups
 
+    @overload
+    def tracebacks(
+        self, names: bool = False, peaks: Literal[False] = False, allocs: Literal[False] = False
+    ) -> list[_core.RawTracebackInfo]: ...
+    @overload
     def tracebacks(
         self, names: bool = False, peaks: bool = False, *, allocs: Literal[True]
-    ) -> list[_core.RawTracebackAllocInfo]:
-        """As the core with allocs=True: the model's sites allocated what
-        they hold and never freed."""
+    ) -> list[_core.RawTracebackAllocInfo]: ...
+    def tracebacks(
+        self, names: bool = False, peaks: bool = False, allocs: bool = False
+    ) -> list[Any]:
+        """As the core: one frame per site (a name with names=True); with
+        allocs=True the model's sites allocated what they hold and never
+        freed."""
+        if not allocs:
+            return [
+                (0, ((*key, "model") if names else key,), 1, size, count)
+                for key, (size, count) in self._groups.sites.items()
+            ]
         return [
             (0, (key,), 1, size, count, self._groups.site_peaks.get(key, 0), size, count)
             for key, (size, count) in self._groups.sites.items()

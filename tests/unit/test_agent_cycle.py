@@ -513,3 +513,36 @@ def test_history_keeps_the_last_cycles_totals_bounded() -> None:
     assert [p.traced for p in history] == [100 * n for n in range(6, HISTORY_CYCLES + 6)]
     assert history[-1] == CyclePoint.of(agent.readings().result)  # type: ignore[arg-type]
     assert all(a.timestamp <= b.timestamp for a, b in zip(history, history[1:]))
+
+
+def test_stack_points_every_few_minutes_bounded() -> None:
+    from heapwatch.agent.agent import STACK_POINT_SECONDS, STACK_POINTS
+    from heapwatch.formats.view import unfold_stacks
+
+    # Given an agent whose clock moves a third of the spacing a cycle
+    source = ModelSource()
+    clock = FakeClock()
+    agent = Agent(
+        AgentConfig(exporters=(), interval=60.0),
+        source=source,
+        exporters=[],
+        clock=clock,
+        timer=TickingTimer(0.25),
+    )
+    taken = []
+    for cycle in range(3 * (STACK_POINTS + 4)):
+        source.allocate("app.py", 7, 100, 1)
+        agent.run_cycle()
+        if len(agent.stack_points()) > len(taken) or agent.stack_points()[-1] != taken[-1]:
+            taken.append(agent.stack_points()[-1])
+            assert cycle % 3 == 0, cycle
+        clock.advance(STACK_POINT_SECONDS / 3 + 0.01)
+    # Then the first cycle took one, then one every STACK_POINT_SECONDS, the last kept
+    points = agent.stack_points()
+    assert len(points) == STACK_POINTS
+    assert points == tuple(taken[-STACK_POINTS:])
+    first, last = points[0], points[-1]
+    assert last.timestamp - first.timestamp >= (STACK_POINTS - 1) * STACK_POINT_SECONDS
+    # and each holds the memory by stack of its cycle, names resolved
+    cycles = 3 * len(taken) - 2
+    assert unfold_stacks(last.stacks) == [((("app.py", 7, "model"),), 100 * cycles, cycles)]

@@ -58,9 +58,11 @@ from heapwatch.agent.contract import (
     Readings,
     Routes,
     Server,
+    StackPoint,
 )
 from heapwatch.agent.cycle import CycleReaders, CycleSettings, CycleState, compose_cycle
 from heapwatch.formats.leaks import LeakScore, LeakTracker
+from heapwatch.formats.view import fold_stacks
 from heapwatch.runtime import route_labels
 from heapwatch.runtime.container import (
     ContainerMemory,
@@ -94,6 +96,8 @@ __all__ = [
     "AT_EXIT_TIMEOUT",
     "FORK_PAUSE_TIMEOUT",
     "HISTORY_CYCLES",
+    "STACK_POINTS",
+    "STACK_POINT_SECONDS",
     "Agent",
     "get_agent",
     "start_agent",
@@ -107,6 +111,14 @@ AT_EXIT_TIMEOUT = 2.0
 # The cycles history() keeps: an hour at the default interval, a few numbers
 # each (about 60 KiB at most), for the page's timeline.
 HISTORY_CYCLES = 360
+
+# Memory by stack, folded (formats/view.py: at most FOLDED_STACKS stacks and
+# FOLDED_FRAMES frame references each), taken by the first cycle and then by
+# the first one at least STACK_POINT_SECONDS after the last: the memory
+# page's baselines, the oldest 35 minutes old once the agent has run that
+# long (docs/design/page.md gives what they weigh).
+STACK_POINT_SECONDS = 150.0
+STACK_POINTS = 15
 
 # How long a fork() waits, at most, for heapwatch's threads to end before it
 # goes ahead with them (a cycle, a dump or an export in progress): they end
@@ -254,6 +266,7 @@ class Agent:
         self._last_snapshot: tuple[Any, float] | None = None
         self._result: CycleResult | None = None
         self._history: deque[CyclePoint] = deque(maxlen=HISTORY_CYCLES)
+        self._stack_points: deque[StackPoint] = deque(maxlen=STACK_POINTS)
         self._last_cycle = True
         self._cycles = 0
         self._errors = 0
@@ -305,6 +318,12 @@ class Agent:
         """The last ``HISTORY_CYCLES`` successful cycles' totals, oldest first."""
         with self._lock:
             return tuple(self._history)
+
+    def stack_points(self) -> Sequence[StackPoint]:
+        """Memory by stack every ``STACK_POINT_SECONDS`` or so, the last
+        ``STACK_POINTS`` of them, oldest first."""
+        with self._lock:
+            return tuple(self._stack_points)
 
     @property
     def cgroup(self) -> MemoryCgroup | None:
@@ -414,6 +433,8 @@ class Agent:
         # Under _cycle_lock: one cycle at a time hands its state to the next.
         if self._labels_routes:
             route_labels.poll()  # the service may have set up OpenTelemetry since
+        last_point = self._stack_points[-1] if self._stack_points else None
+        since = self._clock() - last_point.timestamp if last_point is not None else None
         cycle = compose_cycle(
             self._source,
             self._cycle_state,
@@ -423,6 +444,8 @@ class Agent:
                 interval=self.config.interval,
                 sample_interval=self._sample_interval,
                 retain_snapshot=self.retain_last_snapshot,
+                # A clock that went back takes one at once.
+                stacks=since is None or not 0 <= since < STACK_POINT_SECONDS,
             ),
             CycleReaders(
                 clock=self._clock,
@@ -435,6 +458,10 @@ class Agent:
         self._scores = cycle.scores
         # One assignment: a reader gets a snapshot and its own time.
         self._last_snapshot = cycle.last_snapshot
+        if cycle.stacks is not None:
+            folded = fold_stacks(cycle.stacks, last_point.stacks if last_point else None)
+            with self._lock:
+                self._stack_points.append(StackPoint(cycle.result.timestamp, folded))
         return cycle.result
 
     def _read_memory(self) -> ProcessMemory:

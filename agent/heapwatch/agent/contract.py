@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from heapwatch.agent.config import AgentConfig
     from heapwatch.formats.leaks import LeakScore
+    from heapwatch.formats.view import FoldedStacks
     from heapwatch.runtime.container import ContainerMemory, MemoryCgroup
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "Routes",
     "Server",
     "Site",
+    "StackPoint",
     "site_of",
 ]
 
@@ -143,6 +145,14 @@ class CyclePoint(NamedTuple):
         return cls(result.timestamp, result.traced, result.resident, result.untraced, limit)
 
 
+class StackPoint(NamedTuple):
+    """Memory by stack at one cycle, folded (``heapwatch.formats.view``): a
+    baseline the memory page colours the growing stacks against."""
+
+    timestamp: float
+    stacks: FoldedStacks
+
+
 class BlackBox(NamedTuple):
     """A dump written as the container's working set crossed a threshold of
     its memory limit, before the kernel's OOM killer could act."""
@@ -242,6 +252,10 @@ class AgentView(Protocol):
     def readings(self) -> Readings: ...
     def history(self) -> Sequence[CyclePoint]:
         """The recent successful cycles' totals, oldest first (bounded)."""
+
+    def stack_points(self) -> Sequence[StackPoint]:
+        """Memory by stack every few minutes of the last half hour and
+        more, oldest first (bounded)."""
 
     def wake_in_child(self) -> None:
         """In a forked child whose agent has not restarted yet (its first

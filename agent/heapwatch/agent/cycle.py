@@ -111,6 +111,8 @@ class CycleSettings(NamedTuple):
     """Bytes between samples on average; 0 in exact mode."""
     retain_snapshot: bool = False
     """Whether to keep a snapshot (without traces) for ``last_snapshot()``."""
+    stacks: bool = False
+    """Whether to read the snapshot's memory by stack, names resolved."""
 
 
 class CycleReaders(NamedTuple):
@@ -138,6 +140,8 @@ class Cycle(NamedTuple):
     """The leak score of every site the tracker keeps."""
     last_snapshot: tuple[Any, float] | None
     """A snapshot without traces and its unix time, when asked for."""
+    stacks: list[Any] | None = None
+    """The snapshot's ``tracebacks(names=True)``, when asked for."""
 
 
 def begins_epoch(current: int, began: EpochStart | None, now: float, interval: float) -> bool:
@@ -263,6 +267,7 @@ def compose_cycle(
     # figures of one moment.
     memory = readers.memory()
     container = readers.container()
+    stacks = snapshot.tracebacks(names=True) if settings.stacks else None
     # Releases code objects no trace refers to any more.
     source.drain()
     # The diff's baseline needs no traces: a snapshot of its own (a pass over
@@ -299,7 +304,7 @@ def compose_cycle(
         watched=watched,
         epoch_began=began,
     )
-    return Cycle(result, state, scores, last_snapshot)
+    return Cycle(result, state, scores, last_snapshot, stacks)
 
 
 def _allocated_by_site(

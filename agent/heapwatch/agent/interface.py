@@ -9,7 +9,7 @@ whose ``__all__`` is all its users see; this module is that ``__all__``.
 
 * What the agent publishes and what its components implement (defined in
   ``heapwatch.agent.contract``): ``Site``, ``CycleResult``, ``CyclePoint``, ``Readings``,
-  ``BlackBox``, ``ReadingsSource``, ``site_of`` and the ``<other>`` site's
+  ``StackPoint``, ``BlackBox``, ``ReadingsSource``, ``site_of`` and the ``<other>`` site's
   name; the ``Component``, ``AgentView``, ``Routes`` and ``Server``
   protocols.  A component gets the agent as an ``AgentView`` (its
   ``start(agent)``) and uses nothing else of it.
@@ -40,6 +40,7 @@ from heapwatch.agent.contract import (
     Routes,
     Server,
     Site,
+    StackPoint,
     site_of,
 )
 
@@ -57,6 +58,7 @@ __all__ = [
     "Routes",
     "Server",
     "Site",
+    "StackPoint",
     "get_agent",
     "site_of",
     "start_agent",

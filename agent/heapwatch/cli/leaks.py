@@ -71,12 +71,12 @@ if TYPE_CHECKING:
 
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
-__all__ = ["add_parser"]
+__all__ = ["AgedDump", "Scored", "add_parser", "read_aged", "score_dumps"]
 
 Site = tuple[str, int]
 
 
-class _Dump(NamedTuple):
+class AgedDump(NamedTuple):
     path: str
     header: DumpHeader
     clock: AgeClock
@@ -96,7 +96,9 @@ def _age_buckets() -> int:
     return _core.AGE_BUCKETS
 
 
-def _read(path: str, max_inflate_ratio: float | None) -> _Dump:
+def read_aged(path: str, max_inflate_ratio: float | None) -> AgedDump:
+    """A dump's live memory by site and by traceback with its ages; an
+    InputError for a file whose traces carry none."""
     if sniff(path) == "pickle":
         raise InputError(f"{path}: a pickle: its traces carry no ages (the agent's dumps do)")
     ratio = {} if max_inflate_ratio is None else {"max_inflate_ratio": max_inflate_ratio}
@@ -144,10 +146,10 @@ def _read(path: str, max_inflate_ratio: float | None) -> _Dump:
     tracebacks = {frames: (row[0], round_count(row[1]), row[2]) for frames, row in sums.items()}
     # Blocks summed, then rounded: a line's count as the core's groups give it.
     ages = {site: (row[0], round_count(row[1])) for site, row in by_site.items()}
-    return _Dump(path, header, clock, by_epoch, tracebacks, ages)
+    return AgedDump(path, header, clock, by_epoch, tracebacks, ages)
 
 
-def _recorded_by(dump: _Dump, site: Site, epoch: int) -> int:
+def _recorded_by(dump: AgedDump, site: Site, epoch: int) -> int:
     """Bytes of the site's live traces in ``dump`` recorded in ``epoch`` or before."""
     series = dump.by_epoch.get(site)
     if series is None:
@@ -156,11 +158,11 @@ def _recorded_by(dump: _Dump, site: Site, epoch: int) -> int:
     return series[1][index - 1] if index else 0
 
 
-def _process(dump: _Dump) -> tuple[int, str | None]:
+def _process(dump: AgedDump) -> tuple[int, str | None]:
     return dump.header.pid, dump.header.extra.get("hostname")
 
 
-def _checked(dumps: list[_Dump]) -> list[_Dump]:
+def _checked(dumps: list[AgedDump]) -> list[AgedDump]:
     first = dumps[0]
     for dump in dumps[1:]:
         if _process(dump) != _process(first):
@@ -193,7 +195,7 @@ class _Dates:
     """When each epoch began: between two dumps' epochs linearly (before the
     first dump's at the agent's interval, for a clock that went back)."""
 
-    def __init__(self, dumps: list[_Dump]) -> None:
+    def __init__(self, dumps: list[AgedDump]) -> None:
         self.epochs: list[int] = []
         self.times: list[float] = []
         for dump in dumps:
@@ -213,16 +215,16 @@ class _Dates:
         return t0 + (t1 - t0) * (epoch - e0) / (e1 - e0)
 
 
-def _window(options: argparse.Namespace, last: _Dump) -> float:
-    if options.window is not None:
-        return float(options.window)
+def _window(window: float | None, last: AgedDump) -> float:
+    if window is not None:
+        return float(window)
     try:  # the agent's own, which its dumps record
         return parse_leak_window(last.header.extra.get("leak_window", ""))
     except ValueError:
         return DEFAULTS.leak_window
 
 
-def _kept(first: _Dump, last: _Dump, site: Site, interval: int) -> bool:
+def _kept(first: AgedDump, last: AgedDump, site: Site, interval: int) -> bool:
     """Whether the dumps show the site keeping the memory it held at the
     first of them (``kept_what_it_held``): its old bytes then, what of them
     the last still holds, and the bytes born since that the last holds old."""
@@ -236,7 +238,7 @@ def _kept(first: _Dump, last: _Dump, site: Site, interval: int) -> bool:
 
 
 def _scores(
-    dumps: list[_Dump],
+    dumps: list[AgedDump],
     date: _Dates,
     sites: set[Site],
     *,
@@ -272,16 +274,25 @@ def _scores(
     return tracker.scores()
 
 
-def _leaks(options: argparse.Namespace) -> int:
-    if len(options.dumps) < 2:
-        options.parser.error(
-            f"needs at least 2 dumps of one process (a series), got {len(options.dumps)}"
-        )
-    dumps = _checked([_read(path, options.max_inflate_ratio) for path in options.dumps])
+class Scored(NamedTuple):
+    """What a series of dumps of one process scores."""
+
+    dumps: list[AgedDump]
+    """The dumps, oldest first."""
+    scores: dict[Site, LeakScore]
+    window: float
+    notes: list[str]
+
+
+def score_dumps(dumps: list[AgedDump], window: float | None = None) -> Scored:
+    """The leak score of each line of ``dumps`` (two or more of one
+    process, in any order), over ``window`` seconds or the agent's window
+    its dumps record; an InputError when they are not such a series."""
+    dumps = _checked(dumps)
     first, last = dumps[0], dumps[-1]
     date = _Dates(dumps)
     end = last.clock.epoch
-    window = _window(options, last)
+    seconds = _window(window, last)
     notes = [
         f"{len(dumps)} dumps of pid {last.header.pid}, from "
         f"{format_when({'timestamp': first.header.timestamp})} to "
@@ -297,7 +308,7 @@ def _leaks(options: argparse.Namespace) -> int:
         if running[-1] >= FLOOR_BYTES
     }
     interval = last.header.sample_interval if last.header.mode == "sample" else 0
-    start = max(0, end - math.ceil(window / date.interval) - 1)
+    start = max(0, end - math.ceil(seconds / date.interval) - 1)
     # Before a dump, only what survived to it is known: the whole of a
     # leak's memory, but of a cache that evicts only its youngest entries,
     # which would grow there like a leak.  A site's memory is read so only
@@ -305,13 +316,27 @@ def _leaks(options: argparse.Namespace) -> int:
     # the first dump on, as the dumps show what was freed between them.
     known = {site for site in sites if _kept(first, last, site, interval)}
     scores = _scores(
-        dumps, date, known, epochs=range(start, end + 1), window=window, interval=interval
+        dumps, date, known, epochs=range(start, end + 1), window=seconds, interval=interval
     )
     unknown = sites - known
     if unknown:
         scores.update(
-            _score_since_first(dumps, date, unknown, window=window, interval=interval, notes=notes)
+            _score_since_first(dumps, date, unknown, window=seconds, interval=interval, notes=notes)
         )
+    return Scored(dumps, scores, seconds, notes)
+
+
+def _leaks(options: argparse.Namespace) -> int:
+    if len(options.dumps) < 2:
+        options.parser.error(
+            f"needs at least 2 dumps of one process (a series), got {len(options.dumps)}"
+        )
+    scored = score_dumps(
+        [read_aged(path, options.max_inflate_ratio) for path in options.dumps], options.window
+    )
+    dumps, scores, window, notes = scored
+    last = dumps[-1]
+    interval = last.header.sample_interval if last.header.mode == "sample" else 0
     suspects = rank_scores(scores.items(), SUSPECT)[: options.limit]
     rows: dict[Site, list[Any]] = {site: [] for site, _score in suspects}
     for frames, (size, count, histogram) in last.tracebacks.items():
@@ -340,7 +365,7 @@ def _leaks(options: argparse.Namespace) -> int:
 
 
 def _score_since_first(
-    dumps: list[_Dump],
+    dumps: list[AgedDump],
     date: _Dates,
     sites: set[Site],
     *,

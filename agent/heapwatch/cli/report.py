@@ -14,6 +14,7 @@ import argparse
 from typing import TYPE_CHECKING, BinaryIO, cast
 
 from heapwatch.cli.dump_input import (
+    InputError,
     add_pickle_option,
     format_when,
     open_input,
@@ -21,8 +22,18 @@ from heapwatch.cli.dump_input import (
     timestamp,
     write_output,
 )
+from heapwatch.cli.leaks import AgedDump, read_aged, score_dumps
+from heapwatch.formats.leaks import SUSPECT, LeakScore, rank_scores
 from heapwatch.formats.rows import GroupedRows, group_rows
-from heapwatch.formats.view import SiteRow, function_names, stacks_of_rows, view_data
+from heapwatch.formats.view import (
+    SiteRow,
+    SuspectRow,
+    function_names,
+    median_age,
+    stacks_of_rows,
+    view_data,
+)
+from heapwatch.server.page import TOP_SITES, TOP_SUSPECTS
 from heapwatch.server.report_html import standalone_html
 
 if TYPE_CHECKING:
@@ -31,9 +42,9 @@ if TYPE_CHECKING:
 
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
-__all__ = ["TOP_SITES", "add_parser"]
+__all__ = ["add_parser"]
 
-TOP_SITES = 20
+Site = tuple[str, int]
 
 
 def _grouped(source: SnapshotFile) -> tuple[GroupedRows, GroupedRows]:
@@ -46,6 +57,45 @@ def _grouped(source: SnapshotFile) -> tuple[GroupedRows, GroupedRows]:
     )
 
 
+def _aged(options: argparse.Namespace, path: str, notes: list[str]) -> AgedDump | None:
+    """The dump's memory by site with its ages (``heapwatch leaks``'s
+    reader); None, with a note, for a file without them."""
+    try:
+        return read_aged(path, options.max_inflate_ratio)
+    except InputError as exc:
+        notes.append(f"no ages: {exc}")
+        return None
+
+
+def _ages_and_scores(
+    options: argparse.Namespace, notes: list[str]
+) -> tuple[dict[Site, float], dict[Site, LeakScore]]:
+    """Each site's age in seconds (the least at least half its bytes have)
+    in DUMP, and with OLDER_DUMP the leak scores of ``heapwatch leaks``."""
+    new = _aged(options, options.dump, notes)
+    if new is None:
+        return {}, {}
+    at = new.header.timestamp
+    ages: dict[Site, float] = {}
+    for site, (histogram, _blocks) in new.ages.items():
+        age = median_age(histogram)
+        if age is not None:
+            ages[site] = new.clock.min_seconds(age, at)
+    if options.older is None:
+        notes.append("leak scores need a series: give an older dump of the same process")
+        return ages, {}
+    old = _aged(options, options.older, notes)
+    if old is None:
+        return ages, {}
+    try:
+        scored = score_dumps([old, new])
+    except InputError as exc:
+        notes.append(f"no leak scores: {exc}")
+        return ages, {}
+    notes.extend(f"leak scores: {note}" for note in scored.notes)
+    return ages, scored.scores
+
+
 def _report(options: argparse.Namespace) -> int:
     new = open_input(options, options.dump)
     stacks, lines = _grouped(new)
@@ -55,17 +105,28 @@ def _report(options: argparse.Namespace) -> int:
         old_stacks, old_lines = _grouped(old)
     names = function_names(stacks.rows + (old_stacks.rows if old_stacks else []))
     before = {} if old_lines is None else {f[0]: size for f, size, _count in old_lines.rows}
-    sites = [
-        SiteRow(
-            frames[0][0],
-            frames[0][1],
-            size,
-            count,
-            size - before.get(frames[0], 0) if old else None,
-        )
-        for frames, size, count in lines.rows[:TOP_SITES]
-    ]
     notes = [f"{new.path}: taken {format_when(new.meta)}"]
+    ages, scores = _ages_and_scores(options, notes)
+    sizes = {frames[0]: size for frames, size, _count in lines.rows}
+    sites = []
+    for frames, size, count in lines.rows[:TOP_SITES]:
+        score = scores.get(frames[0])
+        sites.append(
+            SiteRow(
+                frames[0][0],
+                frames[0][1],
+                size,
+                count,
+                size - before.get(frames[0], 0) if old else None,
+                None,
+                None if score is None else score.score,
+                ages.get(frames[0]),
+            )
+        )
+    suspects = [
+        SuspectRow(where[0], where[1], score.score, score.rate, sizes.get(where, 0))
+        for where, score in rank_scores(scores.items(), SUSPECT)[:TOP_SUSPECTS]
+    ]
     timeline = []
     if old is not None:
         notes.append(f"compared with {old.path}: taken {format_when(old.meta)}")
@@ -83,6 +144,7 @@ def _report(options: argparse.Namespace) -> int:
         base=None if old_stacks is None else stacks_of_rows(old_stacks.rows, names),
         base_label="" if old is None else f"{old.path} ({format_when(old.meta)})",
         sites=sites,
+        suspects=suspects,
         timeline=timeline,
         mode=new.mode,
         sample_interval=new.sample_interval,

@@ -9,6 +9,8 @@ same script (``heapwatch/server/static/heapwatch.js``) draws it:
 * ``stacks``: ``[[frame ids, outermost first], size, count]``, the biggest
   ``MAX_STACKS`` tracebacks, the rest summed in one ``(other stacks)``
   frame; ``base``, when there is one, the older side in the same shape;
+  ``baselines``, ``{"at": unix time, "stacks"}``, older readings the live
+  page offers to colour against (an agent keeps them ``fold_stacks``-ed);
 * ``sites``: the top lines (``SiteRow``), ``suspects`` the leak suspects,
   ``timeline`` rows ``[unix time, traced, resident, untraced, limit]``.
 
@@ -22,27 +24,34 @@ the DOM as text, and ``script_json`` makes the document safe inside a
 from __future__ import annotations
 
 import ast
-import json
+import heapq
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from heapwatch.formats.report import readable_source
 
 if TYPE_CHECKING:
-    from heapwatch._core import RawStatistic
+    from heapwatch._core import RawStatistic, RawTracebackInfo
 
 __all__ = [
+    "FOLDED_FRAMES",
+    "FOLDED_STACKS",
     "MAX_STACKS",
     "OTHER_STACKS",
+    "Baseline",
+    "FoldedStacks",
     "SiteRow",
     "Stack",
     "SuspectRow",
     "TimelineRow",
+    "fold_stacks",
     "function_names",
     "median_age",
     "script_json",
     "stacks_of_rows",
     "stacks_of_tracebacks",
+    "unfold_stacks",
     "view_data",
 ]
 
@@ -54,6 +63,13 @@ Frame = tuple[str, int, str]
 Stack = tuple[tuple[Frame, ...], int, int]
 """(frames most recent first, size, count)."""
 TimelineRow = tuple[float, int, Optional[int], Optional[int], Optional[int]]
+Baseline = tuple[float, Sequence[Stack]]
+"""(unix time, stacks): an older reading the page may colour against."""
+
+FOLDED_STACKS = 500
+"""Stacks a folded reading keeps: the biggest, the rest summed."""
+FOLDED_FRAMES = 16384
+"""Frame references a folded reading holds at most, whatever its depth."""
 
 
 class SiteRow(NamedTuple):
@@ -90,6 +106,70 @@ def stacks_of_tracebacks(tracebacks: Iterable[tuple[object, ...]]) -> list[Stack
         size, count = row[3], row[4]
         assert isinstance(frames, tuple) and isinstance(size, int) and isinstance(count, int)
         stacks.append((tuple(_frame(f) for f in frames), size, count))
+    return stacks
+
+
+class FoldedStacks(NamedTuple):
+    """Memory by stack kept small, for an agent to hold many: its biggest
+    stacks (``FOLDED_STACKS``, within ``FOLDED_FRAMES`` frame references),
+    biggest first, in flat arrays: stack i is the indexes into ``frames``
+    ``ids[ends[i-1]:ends[i]]``, most recent first, and holds ``sizes[i]``
+    bytes in ``counts[i]`` blocks."""
+
+    frames: tuple[Frame, ...]
+    ids: array[int]
+    ends: array[int]
+    sizes: array[int]
+    counts: array[int]
+    other: tuple[int, int]
+    """The size and count of the stacks left out."""
+
+
+def fold_stacks(
+    tracebacks: Iterable[RawTracebackInfo], previous: FoldedStacks | None = None
+) -> FoldedStacks:
+    """The biggest stacks of ``Snapshot.tracebacks(names=True)`` rows,
+    folded; frames equal to ``previous``'s are its own objects, so the
+    readings an agent keeps share what they have in common."""
+    rows = list(tracebacks)
+    known = {frame: frame for frame in previous.frames} if previous is not None else {}
+    index: dict[Frame, int] = {}
+    frames: list[Frame] = []
+    ids, ends, sizes, counts = array("I"), array("I"), array("q"), array("q")
+    for _domain, raw, _total_nframe, size, count in heapq.nlargest(
+        FOLDED_STACKS, rows, key=lambda row: row[3]
+    ):
+        if len(ids) + len(raw) > FOLDED_FRAMES:
+            continue  # a deep one: what it holds goes with the rest
+        for each in raw:
+            frame = _frame(each)
+            frame = known.setdefault(frame, frame)
+            at = index.get(frame)
+            if at is None:
+                at = index[frame] = len(frames)
+                frames.append(frame)
+            ids.append(at)
+        ends.append(len(ids))
+        sizes.append(size)
+        counts.append(count)
+    other = (
+        sum(row[3] for row in rows) - sum(sizes),
+        sum(row[4] for row in rows) - sum(counts),
+    )
+    return FoldedStacks(tuple(frames), ids, ends, sizes, counts, other)
+
+
+def unfold_stacks(folded: FoldedStacks) -> list[Stack]:
+    """The stacks of a folded reading, what it left out as one
+    ``(other stacks)`` frame, as ``view_data`` takes them."""
+    frames, ids = folded.frames, folded.ids
+    stacks: list[Stack] = []
+    start = 0
+    for end, size, count in zip(folded.ends, folded.sizes, folded.counts):
+        stacks.append((tuple(frames[i] for i in ids[start:end]), size, count))
+        start = end
+    if folded.other[0] > 0:
+        stacks.append((((OTHER_STACKS, 0, ""),), folded.other[0], folded.other[1]))
     return stacks
 
 
@@ -201,6 +281,7 @@ def view_data(
     stacks: Sequence[Stack],
     base: Sequence[Stack] | None = None,
     base_label: str = "",
+    baselines: Sequence[Baseline] = (),
     sites: Sequence[SiteRow] = (),
     suspects: Sequence[SuspectRow] = (),
     timeline: Sequence[TimelineRow] = (),
@@ -215,6 +296,7 @@ def view_data(
     frames = _Frames()
     encoded = frames.encode(stacks)
     encoded_base = None if base is None else frames.encode(base)
+    encoded_baselines = [{"at": at, "stacks": frames.encode(old)} for at, old in baselines]
     return {
         "kind": kind,
         "mode": mode,
@@ -226,6 +308,7 @@ def view_data(
         "frames": frames.table(),
         "stacks": encoded,
         "base": None if encoded_base is None else {"label": base_label, "stacks": encoded_base},
+        "baselines": encoded_baselines,
         "sites": [row._asdict() for row in sites],
         "suspects": [row._asdict() for row in suspects],
         "timeline": [list(row) for row in timeline],
@@ -245,6 +328,10 @@ def script_json(data: Any) -> str:
     """``data`` as JSON that cannot end or confuse the ``<script>`` element
     holding it: no ``<``, ``>`` or ``&`` appears as such (JSON reads the
     escapes back as the same characters)."""
+    # Imported here: the agent imports this module for fold_stacks, and an
+    # agent that serves nothing imports no json (test_agent_api).
+    import json  # noqa: PLC0415 (see above)
+
     # ASCII only: a lone surrogate (a name that was not UTF-8) stays an escape.
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     return text.translate(_SCRIPT_ESCAPES)

@@ -10,7 +10,7 @@ instead (``SnapshotSource``).
 from __future__ import annotations
 
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, overload
 
 if TYPE_CHECKING:
     from heapwatch import _core
@@ -28,6 +28,11 @@ class SnapshotLike(Protocol):
     @property
     def epoch(self) -> int: ...
     def group(self, key_type: _core.KeyType, *, ages: bool = False) -> _core.GroupsLike: ...
+    @overload
+    def tracebacks(
+        self, names: bool = False, peaks: Literal[False] = False, allocs: Literal[False] = False
+    ) -> list[_core.RawTracebackInfo]: ...
+    @overload
     def tracebacks(
         self, names: bool = False, peaks: bool = False, *, allocs: Literal[True]
     ) -> list[_core.RawTracebackAllocInfo]: ...

@@ -14,7 +14,8 @@ and what it accepts); none of them names a file.
 ``GET /debug/heapwatch/``           what is here: the routes, the black box, and the
                                     one an earlier process left (text, or JSON); to a
                                     browser (Accept: text/html), the memory page
-``GET /debug/heapwatch/view``       the memory page's data (``heapwatch.server.page``)
+``GET /debug/heapwatch/view``       the memory page's data (``heapwatch.server.page``),
+                                    built once per cycle of the agent
 ``GET /debug/heapwatch/snapshot``   every live trace, in heapwatch's dump format
 ``GET /debug/heapwatch/top``        top statistics ("Pretty top" text, or JSON);
                                     ``min_age=30m``: only live memory that old
@@ -373,6 +374,11 @@ class _Routes:
 
     def __init__(self, service: DumpService) -> None:
         self.service = service
+        # The memory page's data, built once per cycle of the agent (what
+        # identifies the cycle, the JSON): every open page refreshes every
+        # few seconds, and the build holds the GIL for tens of milliseconds
+        # on a large heap (docs/design/page.md, "Cost").
+        self._view: tuple[tuple[int, int, float | None], bytes] | None = None
 
     def _busy(self, start_response: StartResponse) -> list[bytes]:
         retry = max(1, math.ceil(self.service.last_duration))
@@ -566,11 +572,22 @@ class _Routes:
 
     def view(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         def build(_params: dict[str, str]) -> list[bytes]:
-            snap = self._snapshot(traces=True)
-            at = self.service.clock()
             agent = self.service.agent
-            data = live_view(snap, agent, age_clock(snap, at, agent), at)
-            return _respond(start_response, "200 OK", json.dumps(data).encode(), "application/json")
+            cycle = None
+            if agent is not None:
+                readings = agent.readings()
+                last = readings.result
+                cycle = (os.getpid(), readings.cycles, None if last is None else last.timestamp)
+            cached = self._view
+            if cycle is not None and cached is not None and cached[0] == cycle:
+                body = cached[1]
+            else:
+                snap = self._snapshot(traces=True)
+                at = self.service.clock()
+                data = live_view(snap, agent, age_clock(snap, at, agent), at)
+                body = json.dumps(data).encode()
+                self._view = None if cycle is None else (cycle, body)
+            return _respond(start_response, "200 OK", body, "application/json")
 
         return self._guarded(environ, start_response, lambda: _query(environ, ()), build)
 

@@ -19,13 +19,15 @@ import os
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import parse_qs
 
-from heapwatch.agent.interface import CyclePoint, site_of
+from heapwatch.agent.interface import CyclePoint, StackPoint, site_of
 from heapwatch.formats.leaks import SUSPECT, rank_scores
 from heapwatch.formats.view import (
+    Baseline,
     SiteRow,
     SuspectRow,
     median_age,
     stacks_of_tracebacks,
+    unfold_stacks,
     view_data,
 )
 from heapwatch.server import session
@@ -41,11 +43,14 @@ if TYPE_CHECKING:
     from heapwatch.formats.dump import AgeClock
 
 __all__ = [
+    "BASELINE_MINUTES",
     "PAGE_CSP",
     "STATIC_FILES",
     "STATIC_PREFIX",
     "TOP_SITES",
+    "TOP_SUSPECTS",
     "add_page_routes",
+    "baselines_offered",
     "live_view",
     "page_response",
     "static_text",
@@ -55,6 +60,8 @@ STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 STATIC_PREFIX = "/debug/heapwatch/static/"
 TOP_SITES = 20
 TOP_SUSPECTS = 10
+BASELINE_MINUTES = (5, 15, 30)
+"""The live page offers the agent's newest reading at least this old, and its oldest."""
 _MAX_FORM_BYTES = 4096
 
 # The files the page loads, and what they are; the report inlines the same.
@@ -258,6 +265,20 @@ def _cycle_of(agent: AgentView | None) -> _Cycle:
     )
 
 
+def baselines_offered(points: Sequence[StackPoint], at: float) -> list[Baseline]:
+    """The agent's readings the page offers at ``at``, newest first: for
+    each of ``BASELINE_MINUTES`` the newest at least that old, and the oldest."""
+    chosen: list[StackPoint] = []
+    for minutes in BASELINE_MINUTES:
+        older = [p for p in points if at - p.timestamp >= minutes * 60]
+        if older:
+            chosen.append(older[-1])
+    if points:
+        chosen.append(points[0])
+    unique = {p.timestamp: p for p in chosen}
+    return [(when, unfold_stacks(unique[when].stacks)) for when in sorted(unique, reverse=True)]
+
+
 def live_view(
     snap: _core.Snapshot, agent: AgentView | None, clock: AgeClock, at: float
 ) -> dict[str, Any]:
@@ -288,7 +309,9 @@ def live_view(
             )
     suspects: list[SuspectRow] = []
     history: Sequence[CyclePoint] = ()
+    baselines: list[Baseline] = []
     if agent is not None:
+        baselines = baselines_offered(agent.stack_points(), at)
         for where, score in rank_scores(agent.leak_scores().items(), SUSPECT)[:TOP_SUSPECTS]:
             suspects.append(
                 SuspectRow(where[0], where[1], score.score, score.rate, sizes.get(where, 0))
@@ -303,6 +326,7 @@ def live_view(
     return view_data(
         kind="live",
         stacks=stacks_of_tracebacks(snap.tracebacks(names=True)),
+        baselines=baselines,
         sites=sites,
         suspects=suspects,
         timeline=history,

@@ -5,8 +5,6 @@
   "use strict";
 
   var REFRESH_MS = 5000;
-  var KEEP_EVERY_MS = 60000; // the page keeps one earlier reading a minute
-  var KEEP_MAX = 60; //         for an hour of baselines
   var ROW_PX = 20;
   var MIN_SHARE = 0.002; // narrower nodes are not drawn (a fifth of a percent)
   var MAX_NODES = 4000;
@@ -265,7 +263,8 @@
     suspects.replaceChildren();
     if (!data.suspects.length) {
       var none = el("tr");
-      var td = cell(none, data.kind === "live" ? "no site scores as a leak" : "leak scores need the agent's cycles (heapwatch leaks reads a series of dumps)");
+      var scored = data.kind === "live" || data.sites.some(function (s) { return s.leak_score !== null; });
+      var td = cell(none, scored ? "no site scores as a leak" : "no leak scores: they need two dumps of one process by its agent (see the notes)");
       td.colSpan = 4;
       suspects.appendChild(none);
     }
@@ -330,48 +329,55 @@
 
   // ---- baselines ---------------------------------------------------------------
 
+  // The agent's readings (data.baselines, newest first), the reading the page
+  // opened on, and with two dumps the older one.
+  function ago(data, at) {
+    var seconds = Math.max(0, (data.meta.timestamp || at) - at);
+    var when = new Date(at * 1000).toLocaleTimeString();
+    return (seconds < 90 ? Math.round(seconds) + " s" : Math.round(seconds / 60) + " min") + " ago (" + when + ")";
+  }
+
   function baselineOptions(data) {
     var chosen = baselineSelect.value;
     var choices = [["", "nothing"]];
     if (data.base) choices.push(["data", data.base.label]);
-    if (source) {
-      if (state.kept.length) choices.push(["first", "page opened (" + new Date(state.kept[0].at).toLocaleTimeString() + ")"]);
-      [1, 5, 15, 60].forEach(function (minutes) {
-        if (state.kept.length && Date.now() - state.kept[0].at >= minutes * 60000) {
-          choices.push(["m" + minutes, minutes + " min ago"]);
-        }
-      });
-    }
+    (data.baselines || []).forEach(function (b) { choices.push(["a" + b.at, ago(data, b.at)]); });
+    if (state.kept.length) choices.push(["first", "page opened (" + new Date(state.kept[0].at).toLocaleTimeString() + ")"]);
     baselineSelect.replaceChildren();
     choices.forEach(function (c) {
       var option = el("option", "", c[1]);
       option.value = c[0];
       baselineSelect.appendChild(option);
     });
-    // Two dumps: the report opens on their difference, until one chooses.
+    // Until one chooses: two dumps open on their difference, the live page
+    // on the agent's newest reading offered (5 minutes old once it has one).
     if (!state.chosen && data.base) chosen = "data";
+    else if (!state.chosen && data.baselines && data.baselines.length) chosen = "a" + data.baselines[0].at;
+    else if (chosen.charAt(0) === "a" && !choices.some(function (c) { return c[0] === chosen; })) {
+      // The reading chosen is no longer offered: the nearest one that is.
+      var at = Number(chosen.slice(1)), best = null;
+      (data.baselines || []).forEach(function (b) {
+        if (best === null || Math.abs(b.at - at) < Math.abs(best - at)) best = b.at;
+      });
+      if (best !== null) chosen = "a" + best;
+    }
     if (choices.some(function (c) { return c[0] === chosen; })) baselineSelect.value = chosen;
   }
 
   function baseline() {
-    var chosen = baselineSelect.value;
-    if (chosen === "data") return state.data.base ? { frames: state.data.frames, stacks: state.data.base.stacks } : null;
+    var chosen = baselineSelect.value, data = state.data;
+    if (chosen === "data") return data.base ? { frames: data.frames, stacks: data.base.stacks } : null;
     if (chosen === "first") return state.kept[0] || null;
-    if (chosen.charAt(0) === "m") {
-      var at = Date.now() - Number(chosen.slice(1)) * 60000;
-      var best = null;
-      state.kept.forEach(function (k) { if (k.at <= at) best = k; });
-      return best;
+    if (chosen.charAt(0) === "a") {
+      var at = Number(chosen.slice(1));
+      var found = (data.baselines || []).filter(function (b) { return b.at === at; })[0];
+      return found ? { frames: data.frames, stacks: found.stacks } : null;
     }
     return null;
   }
 
   function keep(data) {
-    var last = state.kept[state.kept.length - 1];
-    if (!last || Date.now() - last.at >= KEEP_EVERY_MS) {
-      state.kept.push({ at: Date.now(), frames: data.frames, stacks: data.stacks });
-      if (state.kept.length > KEEP_MAX) state.kept.splice(1, 1); // the first stays: "page opened"
-    }
+    if (!state.kept.length) state.kept.push({ at: Date.now(), frames: data.frames, stacks: data.stacks });
   }
 
   function show(data) {
