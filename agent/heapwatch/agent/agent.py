@@ -431,10 +431,10 @@ class Agent:
 
     def _cycle(self) -> CycleResult:
         # Under _cycle_lock: one cycle at a time hands its state to the next.
-        if self._labels_routes:
-            route_labels.poll()  # the service may have set up OpenTelemetry since
         last_point = self._stack_points[-1] if self._stack_points else None
         since = self._clock() - last_point.timestamp if last_point is not None else None
+        if self._labels_routes:
+            route_labels.poll()  # the service may have set up OpenTelemetry since
         cycle = compose_cycle(
             self._source,
             self._cycle_state,
