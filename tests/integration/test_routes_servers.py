@@ -67,7 +67,7 @@ def _needs(server: str, otel: bool) -> None:
     modules = ["uvicorn", "fastapi"] if server == "uvicorn" else ["gunicorn", "flask"]
     if otel:
         modules += [
-            "opentelemetry.distro",
+            "opentelemetry.sdk.trace",
             "opentelemetry.instrumentation.fastapi"
             if server == "uvicorn"
             else "opentelemetry.instrumentation.flask",
@@ -98,14 +98,15 @@ def _serve(server: str, otel: bool, tmp_path: Path) -> tuple[subprocess.Popen[by
     )
     command = _command(server, port)
     if otel:
-        # As users start it: the distro sets up the SDK's TracerProvider and
-        # heapwatch's instrumentor starts the agent (OpenTelemetry export
-        # only, into a provider with no reader: nothing leaves the host).
+        # As users start it: heapwatch's instrumentor starts the agent
+        # (OpenTelemetry export only, into the API's no-op meter: nothing
+        # leaves the host), the app sets up the SDK's TracerProvider.
         env.update(
             OTEL_TRACES_EXPORTER="none",
             OTEL_METRICS_EXPORTER="none",
             OTEL_LOGS_EXPORTER="none",
             OTEL_SERVICE_NAME="routes-test",
+            ROUTES_OTEL_SDK="1",
         )
         command = [_bin("opentelemetry-instrument"), *command]
     else:
@@ -149,11 +150,15 @@ def test_kept_memory_lands_on_its_route(server: str, otel: bool, tmp_path: Path)
     keep_route, churn_route = FASTAPI if server == "uvicorn" else FLASK
     proc, port, log = _serve(server, otel, tmp_path)
     try:
-        before = _truth(port)
-        assert before is not None and before["mode"] == "sample", before
+        # The agent hooks the service's provider at its next cycle (1 s).
+        before = wait_for(
+            lambda: (t := _truth(port)) is not None and (t["otel_hooked"] or not otel) and t,
+            30.0,
+            0.2,
+            what=lambda: log.read_text(errors="replace"),
+        )
+        assert before["mode"] == "sample", before
         assert before["interval"] == INTERVAL, before
-        if otel:
-            assert before["otel_hooked"], before
         base = f"http://127.0.0.1:{port}"
         urls = [f"{base}/keep/{BLOCKS}", f"{base}/churn/{BLOCKS}"] * REQUESTS
         with ThreadPoolExecutor(CLIENTS) as clients:
