@@ -7,10 +7,12 @@ route within the sampling error, and the churning route holds none."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -117,7 +119,15 @@ def _serve(server: str, otel: bool, tmp_path: Path) -> tuple[subprocess.Popen[by
         )
     log = tmp_path / "server.log"
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=APPS)
+        # A session of its own: a worker the master leaves behind is killed too.
+        proc = subprocess.Popen(
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=APPS,
+            start_new_session=True,
+        )
     wait_for(
         lambda: _truth(port) if proc.poll() is None else pytest.fail(log.read_text()),
         60.0,
@@ -168,6 +178,8 @@ def test_kept_memory_lands_on_its_route(server: str, otel: bool, tmp_path: Path)
         assert after is not None
     finally:
         stop_process(proc, timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text
 
