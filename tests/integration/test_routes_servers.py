@@ -7,10 +7,12 @@ route within the sampling error, and the churning route holds none."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -67,7 +69,7 @@ def _needs(server: str, otel: bool) -> None:
     modules = ["uvicorn", "fastapi"] if server == "uvicorn" else ["gunicorn", "flask"]
     if otel:
         modules += [
-            "opentelemetry.distro",
+            "opentelemetry.sdk.trace",
             "opentelemetry.instrumentation.fastapi"
             if server == "uvicorn"
             else "opentelemetry.instrumentation.flask",
@@ -98,14 +100,15 @@ def _serve(server: str, otel: bool, tmp_path: Path) -> tuple[subprocess.Popen[by
     )
     command = _command(server, port)
     if otel:
-        # As users start it: the distro sets up the SDK's TracerProvider and
-        # heapwatch's instrumentor starts the agent (OpenTelemetry export
-        # only, into a provider with no reader: nothing leaves the host).
+        # As users start it: heapwatch's instrumentor starts the agent
+        # (OpenTelemetry export only, into the API's no-op meter: nothing
+        # leaves the host), the app sets up the SDK's TracerProvider.
         env.update(
             OTEL_TRACES_EXPORTER="none",
             OTEL_METRICS_EXPORTER="none",
             OTEL_LOGS_EXPORTER="none",
             OTEL_SERVICE_NAME="routes-test",
+            ROUTES_OTEL_SDK="1",
         )
         command = [_bin("opentelemetry-instrument"), *command]
     else:
@@ -116,7 +119,15 @@ def _serve(server: str, otel: bool, tmp_path: Path) -> tuple[subprocess.Popen[by
         )
     log = tmp_path / "server.log"
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=APPS)
+        # A session of its own: a worker the master leaves behind is killed too.
+        proc = subprocess.Popen(
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=APPS,
+            start_new_session=True,
+        )
     wait_for(
         lambda: _truth(port) if proc.poll() is None else pytest.fail(log.read_text()),
         60.0,
@@ -149,11 +160,15 @@ def test_kept_memory_lands_on_its_route(server: str, otel: bool, tmp_path: Path)
     keep_route, churn_route = FASTAPI if server == "uvicorn" else FLASK
     proc, port, log = _serve(server, otel, tmp_path)
     try:
-        before = _truth(port)
-        assert before is not None and before["mode"] == "sample", before
+        # The agent hooks the service's provider at its next cycle (1 s).
+        before = wait_for(
+            lambda: (t := _truth(port)) is not None and (t["otel_hooked"] or not otel) and t,
+            30.0,
+            0.2,
+            what=lambda: log.read_text(errors="replace"),
+        )
+        assert before["mode"] == "sample", before
         assert before["interval"] == INTERVAL, before
-        if otel:
-            assert before["otel_hooked"], before
         base = f"http://127.0.0.1:{port}"
         urls = [f"{base}/keep/{BLOCKS}", f"{base}/churn/{BLOCKS}"] * REQUESTS
         with ThreadPoolExecutor(CLIENTS) as clients:
@@ -163,6 +178,8 @@ def test_kept_memory_lands_on_its_route(server: str, otel: bool, tmp_path: Path)
         assert after is not None
     finally:
         stop_process(proc, timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text
 

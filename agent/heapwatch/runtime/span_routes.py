@@ -25,6 +25,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from heapwatch import _core
+from heapwatch.runtime.forks import call_in_forked_child
 from heapwatch.runtime.routes import ROUTE_NONE, route_id
 
 __all__ = ["RouteSpanProcessor", "attach", "detach"]
@@ -91,6 +92,11 @@ class _Bridge:
         self._lock = threading.Lock()  # guards the fields below
         self.processor: RouteSpanProcessor | None = None
         self.provider: Any = None
+        call_in_forked_child(self.after_fork_in_child)
+
+    def after_fork_in_child(self) -> None:
+        """The lock the parent's agent thread may have held is replaced."""
+        self._lock = threading.Lock()
 
     def attach(self) -> bool:
         """Hooks the service's SDK provider, once; whether it is hooked."""

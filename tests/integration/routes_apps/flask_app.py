@@ -28,6 +28,15 @@ def truth():  # type: ignore[no-untyped-def]
     return jsonify(by_route())
 
 
+if os.environ.get("ROUTES_OTEL_SDK") == "1":
+    # As a service without opentelemetry-distro sets up tracing, after
+    # opentelemetry-instrument started the agent: it hooks the provider at
+    # its next cycle.
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())
+
 if os.environ.get("ROUTES_MIDDLEWARE") == "1":
     from heapwatch.routes import WSGIMiddleware
 
