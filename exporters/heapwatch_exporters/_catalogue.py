@@ -213,8 +213,10 @@ CATALOGUE: tuple[Metric, ...] = (
         "counter",
         "Bytes allocated at each exported site since tracing started, freed or not (an "
         "estimate in sample mode): rate() shows the allocation hot spots, the churn a live "
-        'view never shows. The code_file_path="<other>" series holds the other sites and '
-        "the totals the tracer folded past its cap.",
+        "view never shows. The sites exported are the top ones by size, by peak, as leak "
+        "suspects, and by bytes allocated in the interval (kept some cycles after they last "
+        'ranked); the code_file_path="<other>" series holds the other sites and the totals '
+        "the tracer folded past its cap.",
         site_value=lambda s: s.allocated,
     ),
     Metric(

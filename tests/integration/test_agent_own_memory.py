@@ -78,7 +78,9 @@ def test_a_signal_dump_in_progress_is_not_the_services_memory(
     halfway = threading.Event()
     resume = threading.Event()
 
-    def full_disk(directory: str, name: str, header: Any, traces: Iterator[Any]) -> str:
+    def full_disk(
+        directory: str, name: str, header: Any, traces: Iterator[Any], routes: Any = None
+    ) -> str:
         next(traces)
         halfway.set()
         resume.wait(60)

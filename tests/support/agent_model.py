@@ -91,8 +91,10 @@ class ModelSnapshot:
         *,
         routed: Mapping[tuple[int, Key], tuple[int, int]] | None = None,
         routed_histograms: Mapping[tuple[int, Key], tuple[int, ...]] | None = None,
+        allocated: Mapping[Key, int] | None = None,
     ) -> None:
         self._groups = ModelGroups(sites, peaks, histograms)
+        self._allocated = dict(allocated) if allocated is not None else None
         self.epoch = epoch
         self.traced, self.blocks = self._groups.total
         self.peak = peak
@@ -120,7 +122,16 @@ class ModelSnapshot:
 
     def routes(self, peaks: bool = False, allocs: bool = False) -> list[int]:
         """As the core: the route of each row of tracebacks()."""
-        return [row[0] for row in self._rows]
+        routes = [row[0] for row in self._rows]
+        return routes + [0] * len(self._allocs_only()) if allocs else routes
+
+    def _allocs_only(self) -> list[Key]:
+        """Sites that hold nothing but allocated since tracing started: the
+        core's rows of tracebacks holding only allocation totals."""
+        if self._allocated is None:
+            return []
+        held = {row[1] for row in self._rows}
+        return [key for key, total in self._allocated.items() if total and key not in held]
 
     @overload
     def tracebacks(
@@ -144,9 +155,19 @@ class ModelSnapshot:
             if not allocs:
                 rows.append((0, (frame,), 1, size, count))
                 continue
-            peak = 0 if key in seen else self._groups.site_peaks.get(key, 0)
+            first = key not in seen
+            peak = self._groups.site_peaks.get(key, 0) if first else 0
             seen.add(key)
-            rows.append((0, (frame,), 1, size, count, peak, size, count))
+            allocated = size  # a snapshot built by hand: what the site holds
+            if self._allocated is not None:
+                allocated = self._allocated.get(key, 0) if first else 0
+            rows.append((0, (frame,), 1, size, count, peak, allocated, count))
+        if allocs:
+            for key in self._allocs_only():
+                frame = (*key, "model") if names else key
+                peak = self._groups.site_peaks.get(key, 0)
+                assert self._allocated is not None
+                rows.append((0, (frame,), 1, 0, 0, peak, self._allocated[key], 0))
         return rows
 
     @property
@@ -191,6 +212,8 @@ class ModelSource:
         # What of them was allocated under a route (0: none), and its chunks.
         self.routed: dict[tuple[int, Key], tuple[int, int]] = {}
         self.routed_chunks: dict[tuple[int, Key], list[list[int]]] = {}
+        # Each site's bytes allocated since tracing started, freed or not.
+        self.allocated: dict[Key, int] = {}
         self.epoch = 0
         self.tracing = False
         self.mode = mode
@@ -209,6 +232,7 @@ class ModelSource:
     def allocate(self, file: str, line: int, size: int, count: int = 1, route: int = 0) -> None:
         old_size, old_count = self.sites.get((file, line), (0, 0))
         self.sites[(file, line)] = (old_size + size, old_count + count)
+        self.allocated[(file, line)] = self.allocated.get((file, line), 0) + size
         self.chunks.setdefault((file, line), []).append([self.epoch, size])
         if route:
             key = (route, (file, line))
@@ -285,6 +309,7 @@ class ModelSource:
             self.epoch,
             routed=self.routed,
             routed_histograms=self.routed_histograms(),
+            allocated=self.allocated,
         )
 
     def current_epoch(self) -> int:

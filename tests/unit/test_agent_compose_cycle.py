@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import heapwatch.agent.cycle as cycle_module
 from heapwatch.agent.cycle import (
     WATCH_LOW,
     Cycle,
@@ -242,3 +243,34 @@ def test_a_failing_snapshot_raises_and_the_state_given_still_serves() -> None:
     source.fail = None
     source.allocate("app.py", 10, 24)
     assert by_site(cycle(source, state).result.sites)["app.py", 10].growth == 24
+
+
+def test_the_sites_that_allocate_most_are_exported_and_held() -> None:
+    """A line that allocates and frees a lot holds nothing at a cycle's end;
+    the counter of bytes allocated must still show it (issue 25)."""
+    settings = CycleSettings(top=2, interval=60.0, sample_interval=0)
+    source = ModelSource()
+    for line in range(1, 6):  # five sites that hold more than the churn ever does
+        source.allocate("big.py", line, 1_000_000 * line)
+    state = cycle(source, settings=settings).state
+    # When a line churns: 5,000 blocks of 10 kB, each freed before the next
+    source.next_epoch()
+    for _ in range(5_000):
+        source.allocate("churn.py", 7, 10_000)
+        source.free("churn.py", 7, 10_000)
+    churned = cycle(source, state, settings=settings)
+    # Then it is exported with what it allocated, though it holds nothing
+    site = by_site(churned.result.sites)["churn.py", 7]
+    assert (site.size, site.allocated) == (0, 50_000_000)
+    # and it keeps its series for a while after it stops (rate() sees no gap)
+    state = churned.state
+    for _ in range(cycle_module.ALLOC_HOLD - 1):
+        source.next_epoch()
+        held = cycle(source, state, settings=settings)
+        assert ("churn.py", 7) in by_site(held.result.sites)
+        state = held.state
+    source.next_epoch()
+    later = cycle(source, state, settings=settings)
+    assert ("churn.py", 7) not in by_site(later.result.sites)
+    # and the sites and <other> count every byte allocated once
+    assert sum(s.allocated for s in later.result.sites) == sum(source.allocated.values())

@@ -24,6 +24,7 @@ container's, let the core drain, and keep the grouping as the next baseline.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Callable, NamedTuple
@@ -82,11 +83,48 @@ class CycleState(NamedTuple):
     first saw it)."""
     routes: RouteState = RouteState()
     """The previous cycle's routes (``heapwatch.agent.route_cycle``)."""
+    allocated: Mapping[Key, int] = _NO_SIZES
+    """The previous cycle's bytes allocated since tracing started, by site:
+    what a site allocated in this interval is the difference."""
+    hot: Mapping[Key, int] = _NO_SIZES
+    """The sites exported for what they allocate (``ALLOC_HOLD``), with the
+    last epoch each ranked among the top by bytes allocated."""
 
     def in_forked_child(self) -> CycleState:
         """The state a forked child's agent starts from: a baseline of its
         own, but the parent's epoch, in which the child's core carries on."""
         return CycleState(epoch_began=self.epoch_began)
+
+
+# A site ranked among the top by bytes allocated in an interval keeps its
+# series this many cycles after it last ranked: a counter series that comes
+# and goes with each cycle's ranking would make rate() see gaps where the
+# site kept allocating.
+ALLOC_HOLD = 10
+
+
+def _hot_sites(
+    allocated: Mapping[Key, int],
+    previous: CycleState,
+    top: int,
+    epoch: int,
+    first: bool,
+) -> dict[Key, int]:
+    """The sites to export for what they allocate: this interval's top ones
+    by bytes allocated (churn that a live view never shows: a line that
+    allocates and frees holds nothing at a cycle's end), and those that
+    ranked within the last ALLOC_HOLD epochs.  Site -> the epoch it last
+    ranked."""
+    held = {key: seen for key, seen in previous.hot.items() if epoch - seen < ALLOC_HOLD}
+    if first or top <= 0:
+        return held
+    before = previous.allocated
+    ranked = heapq.nlargest(
+        top,
+        ((total - before.get(key, 0), key) for key, total in allocated.items()),
+    )
+    held.update((key, epoch) for delta, key in ranked if delta > 0)
+    return held
 
 
 class CycleSettings(NamedTuple):
@@ -245,6 +283,10 @@ def compose_cycle(
     # Then the leak suspects: a young leak gets its series as soon as it
     # is suspected, long before it is among the biggest.
     add(iter(suspects))
+    # Then the sites that allocate the most, freed or not: the counter of
+    # bytes allocated shows where the churn is (GC and allocator pressure).
+    hot = _hot_sites(allocated, previous, settings.top, snapshot.epoch, first)
+    add(key for _seen, key in sorted(((-seen, key) for key, seen in hot.items())))
     # <other> is what the exported sites leave of the totals, so sums
     # over sites equal the totals exactly (sites that vanished included).
     sites.append(
@@ -323,6 +365,8 @@ def compose_cycle(
         watched=watched,
         epoch_began=began,
         routes=route_cycle.state if route_cycle is not None else previous.routes,
+        allocated=allocated,
+        hot=hot,
     )
     return Cycle(result, state, scores, last_snapshot, stacks)
 
