@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from contextvars import ContextVar
 
+from heapwatch.formats.rows import NO_ROUTE
 from heapwatch.runtime.forks import call_in_forked_child
 
 __all__ = [
@@ -39,7 +40,7 @@ ROUTE_OTHER = 1
 MAX_ROUTES = 1000
 _FIRST_NAMED = 2
 
-_NONE_NAME = "<none>"
+_NONE_NAME = NO_ROUTE  # one home: dumps read without this registry name it too
 _OTHER_NAME = "<other>"
 # Longest route name kept; a longer one is refused (it is no template).
 _MAX_NAME_LENGTH = 512
