@@ -62,27 +62,10 @@ def build_report() -> bytes:
     return json.dumps({"rows": len(rows), "total": sum(r["price"] for r in rows)}).encode()
 
 
-# Requests are labelled with their route (memory by route, in sample mode)
-# when heapwatch is installed; the demo runs without it too.
-try:
-    from heapwatch.routes import route as _route
-except ImportError:  # heapwatch is not installed: no labels
-    _route = None
-
-ROUTES = ("/order", "/report", "/export", "/")
-
-
 class Handler(BaseHTTPRequestHandler):
     counter = 0
 
     def do_GET(self) -> None:
-        if _route is not None and self.path in ROUTES:  # templates only, never raw paths
-            with _route(self.path):
-                self.answer()
-        else:
-            self.answer()
-
-    def answer(self) -> None:
         if self.path == "/order":
             Handler.counter += 1
             remember_order(Handler.counter)

@@ -75,12 +75,19 @@ def test_in_the_child_the_same_agent_restarts_from_scratch() -> None:
                     "wake_after": source.wakeup[0] if source.wakeup else None,
                 }
                 source.wake()  # the child's first cycle is due: what the allocator does
+                # (the restart runs in a thread of its own: the pending call
+                # may come while the main thread holds any lock)
+                deadline = time.monotonic() + 10
+                while len(exporter.events) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                while agent.address is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 report["events"] = list(exporter.events)
                 report["address"] = list(agent.address or ())
-                report["threads"] = sorted(t.name for t in threading.enumerate())
                 deadline = time.monotonic() + 10
                 while agent.readings().cycles < 2 and time.monotonic() < deadline:
                     time.sleep(0.01)
+                report["threads"] = sorted(t.name for t in threading.enumerate())
                 url = agent.metrics_url
                 report["served"] = url is not None and b"heapwatch_traced_bytes 1000.0" in (
                     urllib.request.urlopen(url, timeout=5).read()

@@ -88,6 +88,7 @@ from heapwatch.runtime.threads import (
     outlive_nobody,
     own_work,
     owned,
+    run_detached,
     signals_blocked,
     start_thread,
 )
@@ -732,7 +733,7 @@ class Agent:
         if not self._restart_pending or self._state != _RUNNING:
             return
         try:
-            if self._source.wake_after(self.config.interval, self._wake_in_child):
+            if self._source.wake_after(self.config.interval, self._wake_in_child_detached):
                 return
         except Exception:
             log.debug("heapwatch cannot wait for the child's first cycle", exc_info=True)
@@ -746,6 +747,15 @@ class Agent:
         hold."""
         if self._restart_pending:
             self._wake_in_child(blocking=False)
+
+    def _wake_in_child_detached(self) -> None:
+        # The wake-up's pending call, in the main thread at whatever bytecode
+        # the service was running, holding whatever locks it held: the
+        # restart takes locks (ours, the stdlib's, OpenTelemetry's), so it
+        # runs in a thread of its own (run_detached).  A gunicorn gthread
+        # worker hung here, in ThreadPoolExecutor.submit's lock, when the
+        # restart built OpenTelemetry's Resource in the same thread.
+        run_detached(self._wake_in_child)
 
     @owned
     def _wake_in_child(self, blocking: bool = True) -> None:

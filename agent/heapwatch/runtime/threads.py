@@ -23,6 +23,7 @@ the tracer a trace.  What they free of the service's is untracked as ever.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import functools
 import logging
@@ -44,6 +45,7 @@ __all__ = [
     "outlive_nobody",
     "own_work",
     "owned",
+    "run_detached",
     "signals_blocked",
     "start_thread",
 ]
@@ -145,6 +147,34 @@ def start_thread(
     with signals_blocked():
         thread.start()
     return thread
+
+
+def run_detached(target: Callable[[], None]) -> None:
+    """Runs ``target()`` in a short-lived thread of its own, at once.
+
+    For work asked for from the main thread between two bytecodes (a pending
+    call, a signal's handler): the service may then hold any lock, its own
+    or the stdlib's (concurrent.futures' _global_shutdown_lock, held in
+    ThreadPoolExecutor.submit, was one), and work that takes the same lock
+    in that thread waits for itself for ever.  In a thread of its own it
+    waits until the service lets go.  The thread is started with _thread,
+    which takes no lock of threading's; ``target`` must not raise."""
+
+    def run() -> None:
+        if ASYNCHRONOUS_SIGNALS:
+            signal.pthread_sigmask(signal.SIG_BLOCK, ASYNCHRONOUS_SIGNALS)
+        _set_thread_traced(False)
+        try:
+            target()
+        finally:
+            # Whatever called threading.current_thread() here made it a
+            # _DummyThread, which threading.enumerate() would list for good.
+            ident = _thread.get_ident()
+            if isinstance(threading._active.get(ident), threading._DummyThread):  # type: ignore[attr-defined]
+                threading._active.pop(ident, None)  # type: ignore[attr-defined]
+
+    with signals_blocked():
+        _thread.start_new_thread(run, ())
 
 
 def is_ours(thread: threading.Thread) -> bool:
