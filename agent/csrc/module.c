@@ -388,6 +388,14 @@ tb_row(hw_snapshot_t *snap, uint32_t i, PyObject *frames, int peaks, int allocs)
     return Py_BuildValue("(INIKK)", domain, frames, total_nframe, size, count);
 }
 
+/* How many rows tracebacks() and routes() give: the live tracebacks, then
+ * those holding only a peak, then those holding only allocation totals. */
+static uint32_t
+tb_rows(const hw_snapshot_t *snap, int peaks, int allocs)
+{
+    return allocs ? snap->ntbs_alloc : peaks ? snap->ntbs_all : snap->ntbs;
+}
+
 static PyObject *
 Snapshot_tracebacks(SnapshotObject *self, PyObject *args, PyObject *kwds)
 {
@@ -400,7 +408,7 @@ Snapshot_tracebacks(SnapshotObject *self, PyObject *args, PyObject *kwds)
         return NULL;
     }
     hw_snapshot_t *snap = self->snap;
-    uint32_t n = allocs ? snap->ntbs_alloc : peaks ? snap->ntbs_all : snap->ntbs;
+    uint32_t n = tb_rows(snap, peaks, allocs);
     PyObject *list = PyList_New((Py_ssize_t)n);
     if (list == NULL) {
         return NULL;
@@ -431,7 +439,7 @@ Snapshot_routes(SnapshotObject *self, PyObject *args, PyObject *kwds)
         return NULL;
     }
     hw_snapshot_t *snap = self->snap;
-    uint32_t n = allocs ? snap->ntbs_alloc : peaks ? snap->ntbs_all : snap->ntbs;
+    uint32_t n = tb_rows(snap, peaks, allocs);
     PyObject *list = PyList_New((Py_ssize_t)n);
     if (list == NULL) {
         return NULL;

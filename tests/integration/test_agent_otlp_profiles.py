@@ -6,7 +6,6 @@ or 413 costs the service nothing."""
 from __future__ import annotations
 
 import gzip
-import importlib.metadata
 import logging
 import socket
 import threading
@@ -18,25 +17,10 @@ from test_agent_pyroscope import Receiver, cycles_complete
 
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig, ConfigError
+from support.profiles_proto import profiles_service_pb2
 from support.waiting import wait_for
 
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
-
-
-# The exporter writes proto v1.10.0's profiles (opentelemetry-proto 1.45.0
-# on): an older release numbers the sample's fields otherwise, and 1.45.0
-# needs Python 3.10 (requirements-dev.txt).
-if _version_tuple(importlib.metadata.version("opentelemetry-proto")) < (1, 45):
-    pytest.skip(
-        "decoding needs opentelemetry-proto 1.45.0 or newer (proto v1.10.0), "
-        "which needs Python 3.10",
-        allow_module_level=True,
-    )
-pb = pytest.importorskip(
-    "opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2"
-)
+pb = profiles_service_pb2()
 
 hoard: list[bytearray] = []
 

@@ -9,6 +9,7 @@ import json
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -91,6 +92,17 @@ def get(agent: Agent, path: str) -> bytes:
     return body
 
 
+def bytes_by_route(dump: Any) -> dict[str, int]:
+    """This file's allocating line's bytes in a dump, by route name."""
+    assert dump.routes is not None
+    by_route: dict[str, int] = {}
+    for trace, rid in zip(dump.traces, dump.routes):
+        if trace[2][0] == (__file__, LINE):
+            name = dump.route_names.get(rid, "<none>")
+            by_route[name] = by_route.get(name, 0) + trace[1]
+    return by_route
+
+
 def test_routes_land_on_their_series_top_dump_and_pprof(agent: Agent) -> None:
     kept: list[bytearray] = []
     keep(kept, "/items/{id}", 6)
@@ -125,11 +137,7 @@ def test_routes_land_on_their_series_top_dump_and_pprof(agent: Agent) -> None:
     # a dump names each trace's route
     dump = read_dump(io.BytesIO(get(agent, "/debug/heapwatch/snapshot")))
     assert dump.routes is not None
-    by_route: dict[str, int] = {}
-    for trace, rid in zip(dump.traces, dump.routes):
-        if trace[2][0] == (__file__, LINE):
-            name = dump.route_names.get(rid, "<none>")
-            by_route[name] = by_route.get(name, 0) + trace[1]
+    by_route = bytes_by_route(dump)
     # (each block sampled, its own size)
     assert close(agent, by_route["/items/{id}"], 6)
     assert close(agent, by_route["/users/{uid}"], 3)
@@ -155,11 +163,7 @@ def test_the_dump_services_files_name_each_traces_route(agent: Agent, tmp_path: 
     service = DumpService(AgentConfig(dump_dir=str(tmp_path)))
     dump = read_dump(service.dump_to_directory("test", batch=1))
     assert dump.routes is not None
-    by_route: dict[str, int] = {}
-    for trace, rid in zip(dump.traces, dump.routes):
-        if trace[2][0] == (__file__, LINE):
-            name = dump.route_names.get(rid, "<none>")
-            by_route[name] = by_route.get(name, 0) + trace[1]
+    by_route = bytes_by_route(dump)
     assert close(agent, by_route["/items/{id}"], 2)
     assert close(agent, by_route["<none>"], 1)
     del kept

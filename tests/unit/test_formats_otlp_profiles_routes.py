@@ -3,33 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-
-import pytest
-
 from heapwatch.formats.otlp_profiles import encode_profiles_request
 from heapwatch.formats.pprof import HeapSample
+from support.profiles_proto import profiles_service_pb2
 
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
-
-
-# Written in proto v1.10.0's numbering (opentelemetry-proto 1.45.0 on, which
-# needs Python 3.10): an older release numbers the sample's fields otherwise.
-try:
-    _PROTO = importlib.metadata.version("opentelemetry-proto")
-except importlib.metadata.PackageNotFoundError:
-    _PROTO = "0"
-if _version_tuple(_PROTO) < (1, 45):
-    pytest.skip(
-        "decoding needs opentelemetry-proto 1.45.0 or newer (proto v1.10.0), "
-        "which needs Python 3.10",
-        allow_module_level=True,
-    )
-pb = pytest.importorskip(
-    "opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2"
-)
+pb = profiles_service_pb2()
 
 FRAMES = [("/srv/shared.py", 9, "serialize"), ("/srv/app.py", 3, "<module>")]
 
