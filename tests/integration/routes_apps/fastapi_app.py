@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from fastapi import FastAPI
-from truth import BLOCK, by_route, keep_one
+from truth import by_route, keep_one, new_block
 
 app = FastAPI()
 
@@ -25,7 +25,7 @@ async def keep(n: int) -> str:
 async def churn(n: int) -> int:
     total = 0
     for _ in range(n):
-        block = bytes(BLOCK)  # held across the await: other requests run meanwhile
+        block = new_block()  # held across the await: other requests run meanwhile
         await asyncio.sleep(0)
         total += len(block)
         del block
