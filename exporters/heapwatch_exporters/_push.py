@@ -21,7 +21,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from heapwatch.runtime.problems import ProblemLog
-from heapwatch.runtime.threads import join_thread, start_thread
+from heapwatch.runtime.threads import OwnThread, forget_dummy, join_thread, start_thread
 
 if TYPE_CHECKING:
     from heapwatch._core import Snapshot
@@ -64,7 +64,7 @@ class ProfilePusher:
         self._problems = ProblemLog(log)
         self._queue: collections.deque[Push] = collections.deque(maxlen=QUEUE_LENGTH)
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: OwnThread | None = None
         self._agent: AgentView | None = None
         self._paused = False
         # The sender's state, kept across a pause for a fork: the cycle last
@@ -105,7 +105,7 @@ class ProfilePusher:
         in flight is waited for until then): os.fork() warns of every thread
         it counts (docs/design/agent.md, "Fork")."""
         thread = self._thread
-        if thread is None or thread is threading.current_thread():
+        if thread is None or thread.is_current():
             return thread is None
         self._paused = True
         self._stop.set()
@@ -133,6 +133,7 @@ class ProfilePusher:
 
     def _run(self, agent: AgentView, stop: threading.Event) -> None:
         while not stop.wait(_POLL):
+            forget_dummy()  # a record the last turn logged named this thread
             taken = agent.last_snapshot()
             if taken is not None and taken[1] != self._last:
                 snap, when = taken

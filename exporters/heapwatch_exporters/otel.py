@@ -31,7 +31,7 @@ from heapwatch._version import __version__
 from heapwatch.agent.config import AgentConfig, env_value
 from heapwatch.agent.interface import AgentView, Readings, ReadingsSource
 from heapwatch.runtime.problems import ProblemLog
-from heapwatch.runtime.threads import join_thread, start_thread
+from heapwatch.runtime.threads import forget_dummy, join_thread, start_thread
 from heapwatch_exporters._catalogue import (
     CATALOGUE,
     OTEL_ATTRIBUTE_FILE,
@@ -310,6 +310,7 @@ class _ExportThread:
             while not stop.wait(max(0.0, self._next - time.monotonic())):
                 self._next = time.monotonic() + self._interval
                 self._export()
+                forget_dummy()  # a record the SDK logged named this thread
             if not self._paused:
                 self._export()
         finally:
@@ -324,7 +325,7 @@ class _ExportThread:
     def pause(self, deadline: float) -> bool:
         """Ends the thread for a fork, with no export, by the monotonic
         ``deadline`` (an export in flight is waited for until then)."""
-        if self._thread is threading.current_thread():
+        if self._thread.is_current():
             return False
         self._paused = True
         self._stop.set()
@@ -341,7 +342,7 @@ class _ExportThread:
         self.ident = self._thread.ident
 
     def join(self, timeout: float) -> bool:
-        if self._thread is not threading.current_thread():
+        if not self._thread.is_current():
             self._thread.join(max(0.0, timeout))
         return not self._thread.is_alive()
 

@@ -145,16 +145,6 @@ _COUNTS_THE_AGENT = (
     "objects made and freed) may fall between them"
 )
 KNOWN_DIFFERENCES: dict[str, dict[str, Known]] = {
-    "test_os": {
-        # (3.13+; 3.12 has it too)
-        "ForkTests.test_fork_warns_when_non_python_thread_exists": Known(
-            "not about the fork: its script asserts threading.active_count() == 1 in the "
-            "parent once fork() has returned, where the agent's threads serve the parent "
-            "again (they are gone only across the fork itself: docs/design/agent.md, Fork); "
-            "an always-on agent runs threads while the process runs",
-            always=True,
-        ),
-    },
     "test_sys": {
         "SysModuleTest.test_getallocatedblocks": Known(
             f"sys.getallocatedblocks() {_COUNTS_THE_AGENT}", always=False

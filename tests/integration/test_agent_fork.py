@@ -17,6 +17,7 @@ import pytest
 
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
+from heapwatch.runtime.threads import own_threads
 from heapwatch_exporters.prometheus import PrometheusExporter
 from support.agent_model import ModelSource
 from support.agent_process import (
@@ -71,7 +72,9 @@ def test_in_the_child_the_same_agent_restarts_from_scratch() -> None:
                     "cycles_at_fork": fresh.cycles,
                     "result_at_fork": fresh.result is not None,
                     "events_at_fork": list(exporter.events),
-                    "threads_at_fork": sorted(t.name for t in threading.enumerate()),
+                    "threads_at_fork": sorted(
+                        t.name for t in [*threading.enumerate(), *own_threads()]
+                    ),
                     "wake_after": source.wakeup[0] if source.wakeup else None,
                 }
                 source.wake()  # the child's first cycle is due: what the allocator does
@@ -87,7 +90,7 @@ def test_in_the_child_the_same_agent_restarts_from_scratch() -> None:
                 deadline = time.monotonic() + 10
                 while agent.readings().cycles < 2 and time.monotonic() < deadline:
                     time.sleep(0.01)
-                report["threads"] = sorted(t.name for t in threading.enumerate())
+                report["threads"] = sorted(t.name for t in [*threading.enumerate(), *own_threads()])
                 url = agent.metrics_url
                 report["served"] = url is not None and b"heapwatch_traced_bytes 1000.0" in (
                     urllib.request.urlopen(url, timeout=5).read()

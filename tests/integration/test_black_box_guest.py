@@ -24,7 +24,8 @@ SERVICE = textwrap.dedent(
 
     heapwatch.start_agent(exporters="none", interval=60, dump_dir=sys.argv[1], dump_at=sys.argv[2])
     time.sleep(0.5)  # a few polls; with a threshold of 1 byte, a black box
-    names = {t.native_id: t.name for t in threading.enumerate()}
+    from heapwatch.runtime.threads import own_threads  # (threading lists none of ours)
+    names = {t.native_id: t.name for t in [*threading.enumerate(), *own_threads()]}
     masks = {}
     for tid in os.listdir("/proc/self/task"):
         if int(tid) == os.getpid():

@@ -27,11 +27,14 @@ MODES = ["exact", "sample"]
 CHILD_THREADS = """\
 import json, os, sys, threading, time, urllib.request
 
+from heapwatch.runtime.threads import own_threads
+
 def seen():
     return {
         "active": threading.active_count(),
         "frames": len(sys._current_frames()),
         "names": sorted(t.name for t in threading.enumerate()),
+        "ours": sorted(t.name for t in own_threads()),
     }
 
 time.sleep(0.3)  # the parent's agent has cycled and serves
@@ -41,7 +44,7 @@ pid = os.fork()
 if pid == 0:
     report = {"at_fork": seen()}
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "heapwatch-agent" not in seen()["names"]:
+    while time.monotonic() < deadline and "heapwatch-agent" not in seen()["ours"]:
         time.sleep(0.01)  # and allocates, as a live process does
     report["later"] = seen()
     from heapwatch import get_agent
@@ -79,13 +82,17 @@ def test_a_forked_child_has_no_thread_of_ours_until_its_first_cycle(
     )
     report = json.loads(done.stdout)
     # Then right after fork() the child sees its one thread, as without heapwatch
-    assert report["at_fork"] == {"active": 1, "frames": 1, "names": ["MainThread"]}
-    # and once its first cycle is due the agent runs there, serving on its own port
-    assert "heapwatch-agent" in report["later"]["names"]
+    one = {"active": 1, "names": ["MainThread"]}
+    assert report["at_fork"] == {**one, "frames": 1, "ours": []}
+    # and once its first cycle is due the agent runs there, serving on its own
+    # port, where threading lists none of its threads, nor in the parent
+    assert "heapwatch-agent" in report["later"]["ours"]
     assert report["served"] is True
+    for seen in ("later", "parent_before", "parent_after"):
+        assert {k: report[seen][k] for k in one} == one, (seen, report[seen])
     # while the parent kept its agent's threads across the fork
-    assert report["parent_after"]["names"] == report["parent_before"]["names"]
-    assert "heapwatch-agent" in report["parent_after"]["names"]
+    assert report["parent_after"]["ours"] == report["parent_before"]["ours"]
+    assert "heapwatch-agent" in report["parent_after"]["ours"]
     assert done.stderr == ""
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -15,6 +14,7 @@ import pytest
 
 from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
+from heapwatch.runtime.threads import own_threads
 from heapwatch.server.http import Server
 from heapwatch.server.router import Router
 from support.agent_model import ModelSource
@@ -118,7 +118,7 @@ def test_stop_is_prompt_idempotent_and_frees_the_port() -> None:
     server = Server(Router(), "127.0.0.1", 0)
     assert server.start()
     port = server.address[1]
-    (thread,) = [t for t in threading.enumerate() if t.name == "heapwatch-http"]
+    (thread,) = [t for t in own_threads() if t.name == "heapwatch-http"]
     assert thread.daemon
     started = time.monotonic()
     assert server.stop(timeout=5)

@@ -14,6 +14,7 @@ from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.agent.interface import OTHER_FILE, OTHER_LINE, CyclePoint, Site
 from heapwatch.runtime.procmem import ProcessMemory
+from heapwatch.runtime.threads import own_threads
 from support.agent_model import FakeClock, ModelSource, TickingTimer
 from support.waiting import wait_for
 
@@ -216,7 +217,7 @@ def test_the_thread_is_a_named_daemon_that_cycles_every_interval() -> None:
     agent = make_agent(source, interval=0.05)
     assert agent.start()
     try:
-        (thread,) = [t for t in threading.enumerate() if t.name == "heapwatch-agent"]
+        (thread,) = [t for t in own_threads() if t.name == "heapwatch-agent"]
         assert thread.daemon
         assert source.started_with == (64, "sample", 512 * 1024)
         wait_for(lambda: agent.readings().cycles >= 3, 10, 0.01)
@@ -306,7 +307,7 @@ def test_a_source_that_cannot_start_leaves_the_agent_off(
         assert agent.start() is False
     assert "stdlib tracemalloc module is tracing" in caplog.records[0].getMessage()
     assert agent.running is False
-    assert not [t for t in threading.enumerate() if t.name == "heapwatch-agent"]
+    assert not [t for t in own_threads() if t.name == "heapwatch-agent"]
 
 
 def test_an_agent_does_not_restart_after_stop() -> None:
@@ -551,3 +552,28 @@ def test_stack_points_every_few_minutes_bounded() -> None:
     # and each holds the memory by stack of its cycle, names resolved
     cycles = 3 * len(taken) - 2
     assert unfold_stacks(last.stacks) == [((("app.py", 7, "model"),), 100 * cycles, cycles)]
+
+
+def test_threading_lists_no_thread_of_the_agent_even_when_its_cycle_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # logging names each record's thread with threading.current_thread(),
+    # which makes threading a _DummyThread for a thread it does not know.
+    before = threading.enumerate()
+    source = ModelSource()
+    source.fail = RuntimeError("snapshot went wrong")
+    agent = make_agent(source, interval=0.02)
+    with caplog.at_level(logging.DEBUG, logger="heapwatch.agent"):
+        assert agent.start()
+        try:
+            (thread,) = [t for t in own_threads() if t.name == "heapwatch-agent"]
+            wait_for(lambda: agent.readings().errors >= 3, 10, 0.01)
+            assert {r.thread for r in caplog.records} >= {thread.ident}
+            # between two cycles: what the last one logged named no thread for good
+            errors = agent.readings().errors
+            wait_for(lambda: agent.readings().errors > errors + 1, 10, 0.005)
+            listed = threading.enumerate()
+            assert listed == before, listed
+        finally:
+            agent.stop()
+    assert threading.enumerate() == before

@@ -23,6 +23,7 @@ from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import AgentConfig
 from heapwatch.runtime.container import ContainerMemory, MemoryCgroup
 from heapwatch.runtime.procmem import ProcessMemory
+from heapwatch.runtime.threads import own_threads
 from heapwatch_exporters import otel
 from heapwatch_exporters.otel import OtelExporter, configured_meter_provider
 from support.agent_model import FakeClock, ModelSource, TickingTimer
@@ -217,13 +218,13 @@ def test_without_a_provider_one_is_built_from_otel_variables() -> None:
         agent.start()
         # Then heapwatch's own thread exports at the OTEL interval
         assert recording.exported.wait(10)
-        assert [t for t in threading.enumerate() if t.name == "heapwatch-otlp"]
+        assert [t for t in own_threads() if t.name == "heapwatch-otlp"]
         source.allocate("/srv/late.py", 9, 50)
     finally:
         agent.stop()
         os.environ.clear()
         os.environ.update(old)
-    assert not [t for t in threading.enumerate() if t.name == "heapwatch-otlp"]
+    assert not [t for t in own_threads() if t.name == "heapwatch-otlp"]
     resource = resource_of(recording.batches[0])
     assert resource["service.name"] == "checkout"
     assert resource["deployment.environment"] == "test"

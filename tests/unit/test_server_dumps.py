@@ -6,7 +6,6 @@ import errno
 import logging
 import os
 import signal
-import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from heapwatch.agent.agent import Agent
 from heapwatch.agent.config import DEFAULTS, AgentConfig
 from heapwatch.formats.dump import DumpHeader, read_dump
 from heapwatch.runtime.procmem import ProcessMemory
+from heapwatch.runtime.threads import own_threads
 from heapwatch.server.dumps import (
     DumpService,
     dump_header,
@@ -260,7 +260,7 @@ def test_the_signal_writes_a_dump_from_a_worker_thread(tmp_path: Path) -> None:
     agent = agent_with(service, config)
     try:
         assert signal.getsignal(signal.SIGUSR2) == service._handler
-        assert [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+        assert [t for t in own_threads() if t.name == "heapwatch-dump"]
         # When the process gets SIGUSR2
         os.kill(os.getpid(), signal.SIGUSR2)
         # Then a dump of the traces appears
@@ -273,7 +273,7 @@ def test_the_signal_writes_a_dump_from_a_worker_thread(tmp_path: Path) -> None:
         agent.stop()
     # and stopping puts the default disposition back
     assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
-    assert not [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+    assert not [t for t in own_threads() if t.name == "heapwatch-dump"]
 
 
 @pytest.mark.usefixtures("restore_usr2")
@@ -329,7 +329,7 @@ def test_without_a_dump_dir_the_signal_no_longer_kills_and_says_what_to_set() ->
     try:
         assert signal.getsignal(signal.SIGUSR2) == service._on_signal
         # and adds no thread, no pipe: nothing to wake up
-        assert not [t for t in threading.enumerate() if t.name == "heapwatch-dump"]
+        assert not [t for t in own_threads() if t.name == "heapwatch-dump"]
         assert service._wake is None
         # and with neither a token nor another route, no port is opened for /debug/
         assert agent.address is None

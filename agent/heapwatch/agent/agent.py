@@ -83,7 +83,9 @@ from heapwatch.runtime.routes import ROUTE_NONE, ROUTE_OTHER, folded_routes
 from heapwatch.runtime.source import CoreSource, SnapshotSource
 from heapwatch.runtime.threads import (
     Lifeline,
-    is_ours,
+    OwnThread,
+    forget_dummy,
+    in_own_thread,
     join_thread,
     outlive_nobody,
     own_work,
@@ -257,7 +259,7 @@ class Agent:
         self._stopped = threading.Event()
         self._stop_event = threading.Event()
         self._state = _IDLE
-        self._thread: threading.Thread | None = None
+        self._thread: OwnThread | None = None
         # Held from the before-fork hook that paused the threads to the
         # after-fork hook that resumes them, and by _stop while it ends them:
         # a fork and a stop never handle the same threads at once.
@@ -518,6 +520,7 @@ class Agent:
             self._next_cycle = time.monotonic() + self.config.interval
         while not stop_event.wait(max(0.0, self._next_cycle - time.monotonic())):
             self._cycle_safely()
+            forget_dummy()  # a record logged in the cycle named this thread
             self._next_cycle = time.monotonic() + self.config.interval
         if self._last_cycle and not self._pausing:
             self._cycle_safely()  # one last cycle for the exporters' final export
@@ -633,7 +636,7 @@ class Agent:
             self._last_cycle = False
         self._stop_event.set()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None and not thread.is_current():
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 in_time = False
@@ -789,7 +792,7 @@ class Agent:
         that start them again (3.12+ warns then that the process is
         multi-threaded).  Each is woken, not waited out; the wait as a
         whole is bounded by FORK_PAUSE_TIMEOUT."""
-        if self._state != _RUNNING or self._restart_pending or is_ours(threading.current_thread()):
+        if self._state != _RUNNING or self._restart_pending or in_own_thread():
             # Not running, or nothing of it runs yet (a forked child before
             # its first cycle), or forked from a thread of ours, which
             # cannot end here.
@@ -838,7 +841,10 @@ class Agent:
         try:
             # A fork from another thread is warned of anyway: the process
             # has two threads, the main one and the forking one.
-            if _COUNTS_AFTER_PARENT_HOOKS and threading.current_thread() is threading.main_thread():
+            if (
+                _COUNTS_AFTER_PARENT_HOOKS
+                and threading.get_ident() == threading.main_thread().ident
+            ):
                 self._resuming = resume
                 try:
                     # Pending calls run at the first safe point, which may be

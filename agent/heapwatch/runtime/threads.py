@@ -40,9 +40,12 @@ __all__ = [
     "ASYNCHRONOUS_SIGNALS",
     "SYNCHRONOUS_SIGNALS",
     "Lifeline",
-    "is_ours",
+    "OwnThread",
+    "forget_dummy",
+    "in_own_thread",
     "join_thread",
     "outlive_nobody",
+    "own_threads",
     "own_work",
     "owned",
     "run_detached",
@@ -83,18 +86,63 @@ def signals_blocked() -> Iterator[None]:
 _problems = ProblemLog(logging.getLogger("heapwatch.agent"))
 
 
-class _Thread(threading.Thread):
-    def run(self) -> None:
-        # Born blocked (start_thread), and made sure of here: a thread
-        # started from a thread that unblocked something again.
-        if ASYNCHRONOUS_SIGNALS:
-            signal.pthread_sigmask(signal.SIG_BLOCK, ASYNCHRONOUS_SIGNALS)
-        _set_thread_traced(False)
+class OwnThread:
+    """A thread of heapwatch's: a daemon started with ``_thread``, which
+    ``threading`` never lists.
+
+    A service that counts its threads (``threading.active_count() == 1``
+    after a fork, as CPython's test_os does; a test suite's check for threads
+    left behind; ``threading.enumerate()`` to join them all) sees its own
+    alone.  The OS still shows ours (``/proc``, ``sys._current_frames()``,
+    faulthandler): only ``threading``'s view is the service's.
+
+    Whatever calls ``threading.current_thread()`` in such a thread (logging,
+    when it names a record's thread) makes threading a ``_DummyThread`` for
+    it, which it would list; ``forget_dummy`` drops it, at the end of each
+    turn of our threads' loops and as the thread ends."""
+
+    daemon = True
+    """Never waited for at exit: the agent ends its threads itself."""
+
+    def __init__(self, target: Callable[..., Any], name: str, args: tuple[Any, ...]) -> None:
+        self.name = name
+        self.ident: int | None = None
+        self.native_id: int | None = None
+        self._target = target
+        self._args = args
+        # Held while the thread runs: join() waits on it.
+        self._running = _thread.allocate_lock()
+        self._started = _thread.allocate_lock()
+
+    def __repr__(self) -> str:
+        return f"<heapwatch thread {self.name!r} {self.ident}>"
+
+    def start(self) -> None:
+        self._running.acquire()
+        self._started.acquire()
+        with signals_blocked():
+            _thread.start_new_thread(self._bootstrap, ())
+        # As threading.Thread.start(): its ident is known once this returns.
+        self._started.acquire()
+        self._started.release()
+
+    def _bootstrap(self) -> None:
         try:
-            super().run()
+            self.ident = _thread.get_ident()
+            self.native_id = _native_id()
+            _OWN[self.ident] = self
+            self._started.release()
+            # Born blocked (signals_blocked in start), and made sure of here:
+            # a thread started from a thread that unblocked something again.
+            if ASYNCHRONOUS_SIGNALS:
+                signal.pthread_sigmask(signal.SIG_BLOCK, ASYNCHRONOUS_SIGNALS)
+            _set_os_name(self.name)
+            _set_thread_traced(False)
+            self._target(*self._args)
         except Exception as exc:
-            # threading's excepthook would print the traceback on the
-            # service's stderr: one line in heapwatch's log instead.
+            # _thread would print the traceback on the service's stderr
+            # ("Exception ignored in thread started by"): one line in
+            # heapwatch's log instead.
             _problems.report(
                 f"thread:{self.name}:{type(exc).__name__}",
                 "heapwatch thread %s ended on an error: %r",
@@ -103,6 +151,86 @@ class _Thread(threading.Thread):
                 level=logging.ERROR,
                 exc_info=exc,
             )
+        finally:
+            forget_dummy()
+            # Released first: a fork in between leaves the child a handle
+            # still in _OWN, which _after_fork_in_child settles.
+            self._running.release()
+            _OWN.pop(_thread.get_ident(), None)
+
+    def _gone_in_fork(self) -> None:
+        if self._running.locked():
+            self._running.release()
+
+    def is_alive(self) -> bool:
+        return self._running.locked()
+
+    def is_current(self) -> bool:
+        """Whether the calling thread is this one."""
+        return self.ident == _thread.get_ident()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.is_current():
+            raise RuntimeError(f"{self!r} cannot join itself")
+        waited = self._running.acquire(True, -1 if timeout is None else max(0.0, timeout))
+        if waited:
+            self._running.release()
+
+
+# The own threads running, by ident: written by each as it starts and ends
+# (a dict's item set and pop are atomic under the GIL, and with it).
+_OWN: dict[int, OwnThread] = {}
+
+
+def _after_fork_in_child() -> None:
+    # As threading does for its own (_after_fork): in a child only the
+    # forking thread lives.  The others' handles say they ended (join()
+    # returns at once), and their idents, which the child's next threads
+    # may be given, are no longer ours.
+    me = _thread.get_ident()
+    for ident, thread in list(_OWN.items()):
+        if ident != me:
+            del _OWN[ident]
+            thread._gone_in_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    # At import: before any hook of an object that holds one of these
+    # handles (after_in_child hooks run in the order registered).
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _native_id() -> int | None:
+    get = getattr(_thread, "get_native_id", None)
+    return None if get is None else int(get())
+
+
+def _set_os_name(name: str) -> None:
+    # threading names the OS thread from 3.14 (top -H, /proc/*/task/*/comm):
+    # so do we, where _thread can.
+    set_name = getattr(_thread, "set_name", None)
+    if set_name is not None:
+        with contextlib.suppress(Exception):
+            set_name(name)
+
+
+def forget_dummy() -> None:
+    """In a thread of ours: drops the ``_DummyThread`` that a call of
+    ``threading.current_thread()`` made for it, so that threading does not
+    list it."""
+    ident = _thread.get_ident()
+    if isinstance(threading._active.get(ident), threading._DummyThread):  # type: ignore[attr-defined]
+        threading._active.pop(ident, None)  # type: ignore[attr-defined]
+
+
+def in_own_thread() -> bool:
+    """Whether the calling thread is one of heapwatch's."""
+    return _thread.get_ident() in _OWN
+
+
+def own_threads() -> list[OwnThread]:
+    """heapwatch's threads running now (threading does not list them)."""
+    return list(_OWN.values())
 
 
 def _set_thread_traced(traced: bool) -> bool:
@@ -138,14 +266,11 @@ def owned(function: F) -> F:
     return cast(F, run)
 
 
-def start_thread(
-    target: Callable[..., Any], name: str, args: tuple[Any, ...] = ()
-) -> threading.Thread:
-    """Starts a daemon thread running ``target(*args)`` with the asynchronous
-    signals blocked."""
-    thread = _Thread(target=target, args=args, name=name, daemon=True)
-    with signals_blocked():
-        thread.start()
+def start_thread(target: Callable[..., Any], name: str, args: tuple[Any, ...] = ()) -> OwnThread:
+    """Starts a thread of heapwatch's (``OwnThread``) running
+    ``target(*args)`` with the asynchronous signals blocked."""
+    thread = OwnThread(target, name, args)
+    thread.start()
     return thread
 
 
@@ -167,30 +292,18 @@ def run_detached(target: Callable[[], None]) -> None:
         try:
             target()
         finally:
-            # Whatever called threading.current_thread() here made it a
-            # _DummyThread, which threading.enumerate() would list for good.
-            ident = _thread.get_ident()
-            if isinstance(threading._active.get(ident), threading._DummyThread):  # type: ignore[attr-defined]
-                threading._active.pop(ident, None)  # type: ignore[attr-defined]
+            forget_dummy()
 
     with signals_blocked():
         _thread.start_new_thread(run, ())
 
 
-def is_ours(thread: threading.Thread) -> bool:
-    """Whether ``thread`` was started by ``start_thread``."""
-    return isinstance(thread, _Thread)
-
-
-def _others(me: threading.Thread) -> list[threading.Thread]:
-    # Dummy threads (started outside threading, from C) cannot be joined,
-    # nor known to end: they are not waited for.
+def _others() -> list[threading.Thread]:
+    # threading lists none of ours.  Dummy threads (started outside
+    # threading, from C) cannot be joined, nor known to end: they are not
+    # waited for.
     return [
-        thread
-        for thread in threading.enumerate()
-        if thread is not me
-        and not is_ours(thread)
-        and not isinstance(thread, threading._DummyThread)
+        thread for thread in threading.enumerate() if not isinstance(thread, threading._DummyThread)
     ]
 
 
@@ -221,7 +334,7 @@ def _running(thread: threading.Thread) -> bool:
     return state not in (b"Z", b"X")
 
 
-def join_thread(thread: threading.Thread, deadline: float) -> bool:
+def join_thread(thread: OwnThread, deadline: float) -> bool:
     """Joins ``thread`` until the monotonic ``deadline``, and then waits
     for its OS thread to be gone too; whether it is.  On 3.12 ``join()``
     returns once the thread's state is cleared, a little before the OS
@@ -263,9 +376,8 @@ class Lifeline:
         self._thread = start_thread(self._watch, "heapwatch-lifeline", (self._paused,))
 
     def _watch(self, paused: threading.Event) -> None:
-        me = threading.current_thread()
         while True:
-            others = [thread for thread in _others(me) if _running(thread)]
+            others = [thread for thread in _others() if _running(thread)]
             if not others:
                 break
             # Polled, not joined: on 3.14 joining the child's main thread (the
@@ -277,7 +389,7 @@ class Lifeline:
     def pause(self, deadline: float) -> bool:
         """Ends the thread (by the monotonic ``deadline``); whether it ended."""
         self._paused.set()
-        return self._thread is threading.current_thread() or join_thread(self._thread, deadline)
+        return self._thread.is_current() or join_thread(self._thread, deadline)
 
     def resume(self) -> None:
         """Watches again from a new thread, if ``pause`` ended the last one."""

@@ -57,7 +57,7 @@ from heapwatch.runtime.container import (
 )
 from heapwatch.runtime.problems import ProblemLog
 from heapwatch.runtime.procmem import compute_untraced, process_start, read_process_memory
-from heapwatch.runtime.threads import join_thread, start_thread
+from heapwatch.runtime.threads import OwnThread, forget_dummy, join_thread, start_thread
 from heapwatch.server.dumps import (
     BLACK_BOX_KIND,
     MARKERS,
@@ -310,7 +310,7 @@ class BlackBoxWatcher:
         self._clock = clock
         self._next_limit_read = timer() + LIMIT_REFRESH_SECONDS
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: OwnThread | None = None
         self._paused = False  # by pause(), for a fork
         self.written: list[str] = []
         """The black boxes this process wrote, oldest first."""
@@ -326,7 +326,7 @@ class BlackBoxWatcher:
     def stop(self, timeout: float) -> None:
         self._stop.set()
         thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None and not thread.is_current():
             thread.join(max(0.0, timeout))
 
     def pause(self, deadline: float) -> bool:
@@ -334,7 +334,7 @@ class BlackBoxWatcher:
         thread = self._thread
         if thread is None:
             return True
-        if thread is threading.current_thread():
+        if thread.is_current():
             return False
         self._stop.set()
         self._thread = None
@@ -371,6 +371,7 @@ class BlackBoxWatcher:
     def _run(self, stop: threading.Event) -> None:
         while not stop.wait(POLL_SECONDS):
             self.poll()
+            forget_dummy()
 
     def poll(self) -> str | None:
         """One look at the cgroup; writes a black box if a threshold was

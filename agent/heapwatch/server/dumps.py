@@ -38,7 +38,7 @@ from heapwatch.runtime.problems import ProblemLog
 from heapwatch.runtime.procmem import ProcessMemory, compute_untraced, read_process_memory
 from heapwatch.runtime.route_names import names_of
 from heapwatch.runtime.source import CoreSource
-from heapwatch.runtime.threads import join_thread, start_thread
+from heapwatch.runtime.threads import OwnThread, forget_dummy, join_thread, start_thread
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -523,7 +523,7 @@ class DumpService:
         self.dump_lock = threading.Lock()
         self.last_duration = 0.0
         self._wake: tuple[int, int] | None = None
-        self._worker: threading.Thread | None = None
+        self._worker: OwnThread | None = None
 
     @property
     def agent(self) -> AgentView | None:
@@ -569,7 +569,7 @@ class DumpService:
         if wake is not None:
             with contextlib.suppress(OSError):
                 os.write(wake[1], b"q")
-            if worker is not None and worker is not threading.current_thread():
+            if worker is not None and not worker.is_current():
                 worker.join(max(0.0, deadline - time.monotonic()))
             # The write end stays open while our handler may still run
             # (another thread stopped us): its number must not be reused
@@ -585,7 +585,7 @@ class DumpService:
         wake, worker = self._wake, self._worker
         if wake is None or worker is None:
             return True
-        if worker is threading.current_thread():
+        if worker.is_current():
             return False
         self._worker = None
         with contextlib.suppress(OSError):
@@ -765,6 +765,7 @@ class DumpService:
                     level=logging.ERROR,
                     exc_info=exc,
                 )
+            forget_dummy()
 
     # ---- dumps ---------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from heapwatch import _core
 from heapwatch.runtime.problems import ProblemLog
-from heapwatch.runtime.threads import join_thread, start_thread
+from heapwatch.runtime.threads import OwnThread, forget_dummy, join_thread, start_thread
 from heapwatch.server.router import Router
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class _HTTPServer(WSGIServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # The requests in flight and the thread serving each.
-        self._requests: dict[socket.socket, threading.Thread | None] = {}
+        self._requests: dict[socket.socket, OwnThread | None] = {}
         self._requests_lock = threading.Lock()  # guards _requests
         super().__init__(*args, **kwargs)
 
@@ -215,7 +215,7 @@ class Server:
         self.port = port
         self.port_range = max(1, port_range) if port else 1
         self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: OwnThread | None = None
         self._wake: tuple[int, int] | None = None
 
     @property
@@ -297,6 +297,7 @@ class Server:
                         httpd.handle_request()
                     except Exception:  # the socket closed by stop(), for one
                         log.debug("heapwatch HTTP server error", exc_info=True)
+                    forget_dummy()
         finally:
             with contextlib.suppress(OSError):
                 os.close(wake)
@@ -311,7 +312,7 @@ class Server:
         if wake is not None:
             with contextlib.suppress(OSError):
                 os.write(wake[1], b"x")
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None and not thread.is_current():
             thread.join(max(0.0, timeout))
             ended = not thread.is_alive()
         httpd.server_close()
@@ -331,7 +332,7 @@ class Server:
         httpd = self._httpd
         if httpd is None or thread is None or wake is None:
             return True
-        if thread is threading.current_thread():  # a fork from a request's thread
+        if thread.is_current():  # a fork from a request's thread
             return False
         self._thread = self._wake = None
         with contextlib.suppress(OSError):
