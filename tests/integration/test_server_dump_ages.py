@@ -5,6 +5,7 @@ memory that is that old, in exact and sample mode."""
 
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 import time
@@ -12,7 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -23,6 +24,7 @@ from heapwatch.agent.config import AgentConfig
 from heapwatch.cli import main
 from heapwatch.formats.dump import iter_dump, read_dump, write_dump
 from heapwatch.formats.leaks import Observation
+from heapwatch.runtime.routes import current_route, route_id
 from heapwatch.server.dumps import DumpService, age_clock, dump_header, iter_traces
 from support.leak_recording import record_observations
 from support.waiting import wait_for
@@ -204,6 +206,47 @@ def test_the_top_route_min_age_selects_only_the_old_memory(agent: Agent, mode: s
     assert status == 200
     notes = [line for line in body.splitlines() if line.startswith(b"# ")]
     assert notes[-1].startswith(b"# live memory at least 1s old: traces ")
+
+
+@MODES
+def test_the_top_by_route_with_min_age_holds_only_the_old_routes_memory(
+    mode: str, tmp_path: Path
+) -> None:
+    # Given memory kept under one route a dozen epochs ago, and under
+    # another in the last epoch or two
+    def under(route: str, allocate: Callable[[int], None]) -> None:
+        def request() -> None:
+            current_route.set(route_id(route))
+            allocate(200)
+
+        contextvars.copy_context().run(request)
+
+    _core.set_route_var(current_route)
+    agent = _started(mode, tmp_path, INTERVAL)
+    try:
+        under("/old/{id}", allocate_old)
+        start = agent.readings().cycles
+        wait_for(lambda: agent.readings().cycles >= start + 12, timeout=60)
+        under("/young/{id}", allocate_young)
+        base = agent.serve()
+        assert base is not None
+        # When the top by route is asked for all memory, then for the old
+        status, body = get(base + "/debug/heapwatch/top?key_type=route&format=json")
+        assert status == 200, body
+        every = {stat["route"]: stat["size"] for stat in json.loads(body)["stats"]}
+        status, body = get(base + "/debug/heapwatch/top?key_type=route&format=json&min_age=1s")
+        assert status == 200, body
+        report = json.loads(body)
+    finally:
+        agent.stop()
+        _core.set_route_var(None)
+        kept.clear()
+    # Then both routes hold their 200 buffers, and only the old route's are old
+    assert every["/old/{id}"] >= 200 * 5000 and every["/young/{id}"] >= 200 * 5000, every
+    old = {stat["route"]: stat["size"] for stat in report["stats"]}
+    assert old["/old/{id}"] >= 200 * 5000, old
+    assert "/young/{id}" not in old, old
+    assert "live memory at least 1s old" in report["notes"][0]
 
 
 def test_a_bad_min_age_names_the_value_and_what_is_allowed(

@@ -19,7 +19,7 @@ import heapwatch
 import heapwatch_exporters
 from heapwatch import tracemalloc as hw_tm
 from heapwatch.formats.dump import DumpHeader, read_dump, write_dump
-from heapwatch.formats.pprof import decode_profile
+from heapwatch.formats.pprof import ROUTE_LABEL, decode_profile
 from heapwatch.formats.report import format_text, top_report
 from heapwatch.tracemalloc.raw import raw_statistics
 from support.cli_runner import run_cli
@@ -147,6 +147,32 @@ def test_top_by_route_of_a_dump_with_routes(
     assert out.splitlines()[1:] == ["#1: <none>: 294.7 KiB", "Total allocated size: 294.7 KiB"]
 
 
+def test_diff_by_route_of_two_dumps_with_routes(
+    app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given two dumps of a service: between them /items/{id} kept two more
+    # blocks and /users/{uid} let its one go
+    header = DumpHeader("3.11.7", 4242, 1_700_000_000.0, "exact", 0, 2)
+    names = {7: "/items/{id}", 8: "/users/{uid}"}
+    old_traces = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, 2)]
+    old_traces[0] = (old_traces[0][0], 8)
+    new_traces = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, 3)]
+    old, new = str(tmp_path / "old.hwdump"), str(tmp_path / "new.hwdump")
+    write_dump(old, header, old_traces, routes=names)
+    write_dump(new, header, new_traces, routes=names)
+    # When they are compared by route
+    status, out, err = run(capsys, "diff", old, new, "--key-type", "route", "--json")
+    # Then each route's change is its own
+    assert (status, err) == (0, "")
+    stats = {row["route"]: row for row in json.loads(out)["stats"]}
+    assert stats["/items/{id}"]["size_diff"] == 2 * 100_057
+    assert stats["/users/{uid}"]["size_diff"] == -100_057
+    assert stats["<none>"]["size_diff"] == 0
+    status, out, _ = run(capsys, "diff", old, new, "--key-type", "route")
+    assert "Top 10 differences (routes)" in out, out
+    assert "#1: /items/{id}: 293.1 KiB (+195.4 KiB)" in out, out
+
+
 def test_top_of_a_sampled_dump_says_it_shows_estimates(
     app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -224,6 +250,30 @@ def test_convert_to_pprof(app: str, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert sorted(s["value"][1] for s in profile["sample"]) == sorted(s.size for s in expected)
     assert f"{app}:3" in strings  # a frame's function is named after its line
     assert gzip.decompress(out.read_bytes())  # gzip, as pprof wants it on disk
+
+
+def test_convert_to_pprof_labels_each_sample_with_its_route(
+    app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a dump whose one line is reached from two routes and outside any
+    routed = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, 3)]
+    routed[0] = (routed[0][0], 8)
+    path = str(tmp_path / "r.hwdump")
+    header = DumpHeader("3.11.7", 4242, 1_700_000_000.0, "exact", 0, 2)
+    write_dump(path, header, routed, routes={7: "/items/{id}", 8: "/users/{uid}"})
+    # When it is converted for pprof
+    out = tmp_path / "heap.pb.gz"
+    assert run(capsys, "convert", path, "--to", "pprof", "-o", str(out))[0] == 0
+    # Then each sample carries its route as the live profile's http.route
+    # label, and the memory of no route carries none
+    profile = decode_profile(out.read_bytes())
+    strings = profile["string_table"]
+    by_route: dict[str, int] = {}
+    for sample in profile["sample"]:
+        labels = {strings[label["key"]]: strings[label["str"]] for label in sample["label"]}
+        route = labels.get(ROUTE_LABEL, "<none>")
+        by_route[route] = by_route.get(route, 0) + sample["value"][1]
+    assert by_route == {"/items/{id}": 2 * 100_057, "/users/{uid}": 100_057, "<none>": 1600}
 
 
 def test_convert_a_trusted_stdlib_pickle_to_a_dump(
@@ -367,7 +417,7 @@ def test_pickles_need_allow_pickle_and_bad_ones_are_one_line_errors(
         ["top", "x", "--key-type", "module"],
         ["top", "x", "--key-type", "traceback", "--cumulative"],
         ["top", "x", "--key-type", "route", "--cumulative"],
-        ["diff", "x", "y", "--key-type", "route"],
+        ["diff", "x", "y", "--key-type", "route", "--cumulative"],
         ["diff", "x"],
         ["convert", "x", "-o", "y"],
         ["convert", "x", "--to", "png", "-o", "y"],

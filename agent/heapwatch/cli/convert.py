@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from heapwatch.cli.dump_input import (
     add_pickle_option,
     open_input,
+    read_routed,
     run_guarded,
     timestamp,
     write_output,
@@ -29,7 +30,13 @@ CONVERT_FORMATS = ("tracemalloc", "pprof", "heapwatch")
 def _convert(options: argparse.Namespace) -> int:
     source = open_input(options, options.file)
     # The input is read (and checked, to its checksum) before OUTPUT is touched.
-    traces = list(source.traces)
+    route_labels: list[str] | None = None
+    if options.to == "pprof":
+        # As the live profile: each sample labelled with its request's route.
+        traces, routes, names = read_routed(source, options)
+        route_labels = [names.get(route, "") if route else "" for route in routes]
+    else:
+        traces = list(source.traces)
     if options.to == "tracemalloc":
 
         def write(fp: BinaryIO) -> None:
@@ -48,6 +55,7 @@ def _convert(options: argparse.Namespace) -> int:
                 source.sample_interval,
                 time_nanos=int(stamp * 1e9) if stamp is not None else None,
                 comments=[f"converted by heapwatch from {os.path.basename(source.path)}"],
+                routes=route_labels,
             )
 
     else:

@@ -6,14 +6,17 @@ import argparse
 from typing import TYPE_CHECKING
 
 from heapwatch.cli.dump_input import (
+    GroupedRows,
+    SnapshotFile,
     add_report_options,
     format_when,
     group,
+    group_by_route,
     open_input,
     print_report,
     run_guarded,
 )
-from heapwatch.formats.report import diff_report
+from heapwatch.formats.report import ROUTE_KEY, TOP_KEY_TYPES, diff_report
 from heapwatch.formats.rows import compare_rows
 
 if TYPE_CHECKING:
@@ -22,11 +25,17 @@ if TYPE_CHECKING:
 __all__ = ["add_parser"]
 
 
+def _grouped(source: SnapshotFile, options: argparse.Namespace) -> GroupedRows:
+    if options.key_type == ROUTE_KEY:
+        return group_by_route(source, options)
+    return group(source, options.key_type, options.cumulative)
+
+
 def _diff(options: argparse.Namespace) -> int:
     old = open_input(options, options.old)
-    old_grouped = group(old, options.key_type, options.cumulative)
+    old_grouped = _grouped(old, options)
     new = open_input(options, options.new)
-    new_grouped = group(new, options.key_type, options.cumulative)
+    new_grouped = _grouped(new, options)
     diffs = compare_rows(old_grouped.rows, new_grouped.rows)
     notes = [
         f"from {old.path} ({format_when(old.meta)})",
@@ -59,5 +68,5 @@ def add_parser(subparsers: SubParsers) -> None:
     )
     parser.add_argument("old", metavar="OLD", help="the earlier dump")
     parser.add_argument("new", metavar="NEW", help="the later dump")
-    add_report_options(parser)
+    add_report_options(parser, TOP_KEY_TYPES)
     parser.set_defaults(func=run_guarded, command=_diff)

@@ -18,13 +18,14 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, cast
 
 from heapwatch._errors import HeapwatchError
 from heapwatch.agent.config import parse_age
+from heapwatch.formats.dump import read_dump
 from heapwatch.formats.report import KEY_TYPES, Report, format_text, to_json
-from heapwatch.formats.rows import GroupedRows, group_rows
+from heapwatch.formats.rows import GroupedRows, group_route_rows, group_rows
 from heapwatch.formats.snapshot_file import SnapshotFile, open_snapshot
 
 if TYPE_CHECKING:
@@ -41,11 +42,13 @@ __all__ = [
     "add_report_options",
     "format_when",
     "group",
+    "group_by_route",
     "open_input",
     "open_snapshot_file",
     "parsed_by",
     "print_report",
     "print_text",
+    "read_routed",
     "run_guarded",
     "timestamp",
     "write_output",
@@ -160,6 +163,43 @@ def print_text(text: str) -> None:
 def open_input(options: argparse.Namespace, path: str) -> SnapshotFile:
     return open_snapshot_file(
         path, options.allow_pickle, options.max_inflate_ratio, getattr(options, "min_age", None)
+    )
+
+
+def read_routed(
+    source: SnapshotFile, options: argparse.Namespace
+) -> tuple[list[RawTrace], list[int], Mapping[int, str]]:
+    """The file's traces with each one's route id (0: none) and the routes'
+    names.  A dump of format 1.2 on names them per traceback, so it is read
+    whole (``source``'s stream is closed); with ``--min-age`` only the traces
+    that old are kept, as ``source`` keeps them.  Any other file's traces
+    are all of no route."""
+    if source.meta["format"] != "heapwatch":
+        traces = list(source.traces)
+        return traces, [0] * len(traces), {}
+    close = getattr(source.traces, "close", None)
+    if close is not None:
+        close()  # read again below, whole
+    ratio = getattr(options, "max_inflate_ratio", None)
+    dump = read_dump(source.path, **({} if ratio is None else {"max_inflate_ratio": ratio}))
+    traces = dump.traces
+    routes = dump.routes if dump.routes is not None else [0] * len(traces)
+    if getattr(options, "min_age", None) is not None and dump.ages is not None:
+        youngest = source.youngest
+        kept = [
+            (trace, route)
+            for trace, route, age in zip(traces, routes, dump.ages)
+            if youngest is not None and age >= youngest
+        ]
+        traces, routes = [t for t, _ in kept], [r for _, r in kept]
+    return traces, routes, dump.route_names
+
+
+def group_by_route(source: SnapshotFile, options: argparse.Namespace) -> GroupedRows:
+    """The file's memory by route (``read_routed``), a row per route."""
+    traces, routes, names = read_routed(source, options)
+    return group_route_rows(
+        traces, routes, names, cast("Mode", source.mode), source.sample_interval
     )
 
 

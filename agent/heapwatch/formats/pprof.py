@@ -14,6 +14,7 @@ debugging.
 from __future__ import annotations
 
 import gzip
+import itertools
 import operator
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -621,25 +622,35 @@ def _decode_message(data: bytes, schema: dict[int, _Field]) -> dict[str, Any]:
     return message
 
 
-def heap_samples(traces: Iterable[RawTrace], mode: str, sample_interval: int) -> list[HeapSample]:
-    """One pprof sample per distinct (domain, traceback), with estimated bytes
-    and blocks.  Dumps keep no function names: a frame's function is named
-    after its ``file:line``, so that pprof's default (by function) views
-    still tell the lines apart."""
+def heap_samples(
+    traces: Iterable[RawTrace],
+    mode: str,
+    sample_interval: int,
+    routes: Iterable[str] | None = None,
+) -> list[HeapSample]:
+    """One pprof sample per distinct (domain, traceback, route), with
+    estimated bytes and blocks.  Dumps keep no function names: a frame's
+    function is named after its ``file:line``, so that pprof's default (by
+    function) views still tell the lines apart.  ``routes``, when given,
+    names each trace's route (``""``: none), in the same order."""
     weigh = weigher(cast("Mode", mode), sample_interval)
-    sums: dict[tuple[int, Frames, int], list[int]] = {}
-    for domain, size, frames, total_nframe in traces:
+    sums: dict[tuple[int, Frames, int, str], list[int]] = {}
+    names = iter(routes) if routes is not None else itertools.repeat("")
+    for (domain, size, frames, total_nframe), route in zip(traces, names):
         est_size, count_fp = weigh(size)
-        acc = sums.get((domain, frames, total_nframe))
+        key = (domain, frames, total_nframe, route)
+        acc = sums.get(key)
         if acc is None:
-            sums[(domain, frames, total_nframe)] = [est_size, count_fp]
+            sums[key] = [est_size, count_fp]
         else:
             acc[0] += est_size
             acc[1] += count_fp
     samples = []
-    for (domain, frames, total_nframe), (size, count_fp) in sums.items():
+    for (domain, frames, total_nframe, route), (size, count_fp) in sums.items():
         named = tuple((filename, lineno, f"{filename}:{lineno}") for filename, lineno in frames)
-        samples.append(HeapSample(named, round_count(count_fp), size, domain, total_nframe))
+        samples.append(
+            HeapSample(named, round_count(count_fp), size, domain, total_nframe, route=route)
+        )
     return samples
 
 
@@ -651,12 +662,15 @@ def write_pprof(
     *,
     time_nanos: int | None = None,
     comments: Sequence[str] = (),
+    routes: Iterable[str] | None = None,
 ) -> None:
     """Writes the traces as a gzip pprof heap profile (``inuse_objects``,
-    ``inuse_space``; the sampling period in sample mode)."""
+    ``inuse_space``; the sampling period in sample mode), each labelled with
+    its route's name (``routes``, in the traces' order) as the live profile
+    is (``ROUTE_LABEL``)."""
     fp.write(
         encode_heap_profile(
-            heap_samples(traces, mode, sample_interval),
+            heap_samples(traces, mode, sample_interval, routes),
             mode=mode,
             sample_interval=sample_interval,
             time_nanos=time_nanos,

@@ -63,7 +63,7 @@ from heapwatch.formats.report import (
     to_json,
     top_report,
 )
-from heapwatch.formats.rows import group_rows, route_rows
+from heapwatch.formats.rows import group_route_rows, group_rows, route_rows
 from heapwatch.runtime.route_names import name_of
 from heapwatch.server.dumps import (
     DumpService,
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
 
     from heapwatch import _core
     from heapwatch.agent.interface import AgentView, Routes
-    from heapwatch.formats.dump import AgeClock
+    from heapwatch.formats.dump import AgeClock, AgedTrace
 
 __all__ = [
     "ALLOCS_PATH",
@@ -194,8 +194,6 @@ def parse_report_query(
             min_age = parse_age(age)
         except ValueError as exc:
             raise BadParameter(f"min_age={_shown(age)} is invalid: min_age is {exc}") from None
-    if min_age is not None and key_type == ROUTE_KEY:
-        raise BadParameter("min_age is invalid with key_type=route: a top by route is of all")
     return ReportQuery(key_type, limit, cumulative, as_json, min_age)
 
 
@@ -312,18 +310,32 @@ def _top_of_old(
 ) -> Report:
     youngest = clock.youngest_age(min_age, at)
     # Ages are per trace, not per traceback: grouped in Python, weighed as the core weighs.
-    old = (
-        (domain, size, frames, total)
-        for domain, size, frames, total, age in snap.traces(ages=True)
-        if youngest is not None and age >= youngest
-    )
-    grouped = group_rows(
-        old,
-        cast("_core.KeyType", query.key_type),
-        query.cumulative,
-        snap.mode,
-        snap.sample_interval,
-    )
+    if query.key_type == ROUTE_KEY:
+        kept = []
+        for item, rid in iter_routed_traces(snap):
+            trace, age = cast("AgedTrace", item)  # (iter_traces': with its age)
+            if youngest is not None and age is not None and age >= youngest:
+                kept.append((trace, rid))
+        grouped = group_route_rows(
+            (trace for trace, _ in kept),
+            (rid for _, rid in kept),
+            {rid: name_of(rid) for rid in {rid for _, rid in kept}},
+            snap.mode,
+            snap.sample_interval,
+        )
+    else:
+        old = (
+            (domain, size, frames, total)
+            for domain, size, frames, total, age in snap.traces(ages=True)
+            if youngest is not None and age >= youngest
+        )
+        grouped = group_rows(
+            old,
+            cast("_core.KeyType", query.key_type),
+            query.cumulative,
+            snap.mode,
+            snap.sample_interval,
+        )
     return top_report(
         grouped.rows,
         grouped.total,
