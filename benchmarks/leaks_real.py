@@ -105,6 +105,7 @@ def child(
     began = time.monotonic()
     cycles = agent.readings().cycles
     step = 0
+    lag = 0.0
     end = min(duration, bank_hours * 3600.0 * scale)
     dump_at = [end - k * every for k in range(dumps - 1, -1, -1)] if dumps else []
     taken: List[str] = []
@@ -134,6 +135,10 @@ def child(
                 s.cohorts = [c for c in s.cohorts if c.death > t]
             for key in [k for k, (c, _objs) in held.items() if c.death <= t]:
                 del held[key]
+        # How far the sites ran behind the clock: a run whose sites fell
+        # behind (a busy machine) stretched their growth over more cycles
+        # than the bank's scenario has, and its scores are of that.
+        lag = max(lag, time.monotonic() - began - step * bank.CYCLE * scale)
         readings = agent.readings()
         if readings.cycles != cycles:
             cycles = readings.cycles
@@ -155,6 +160,7 @@ def child(
         "flagged": {s.name: flagged.get(s.name) for s in sites if s.leak_start is not None},
         "dumps": taken,
         "agent_at_last_dump": at_last,
+        "lag": lag,
     }
 
 
@@ -238,21 +244,25 @@ def main(args: Any, hours: Dict[str, float]) -> int:
         f"up to {args.duration:g} s each; flagged: score >= 0.9 (the bank's minutes in brackets)"
     )
     print()
-    print("| scenario | site | mode | highest score (each run) | highest | time to flag |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| scenario | site | mode | highest score (each run) | highest | time to flag "
+        "| sites' worst lag (s) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for scenario in scenarios:
         for mode in modes:
             rows = [r for r in results if r["scenario"] == scenario and r["mode"] == mode]
             scale = rows[0]["scale"]
+            lags = f"{max(r['lag'] for r in rows):.2f}"
             for name in rows[0]["highest"]:
                 each = [r["highest"][name][0] for r in rows]
                 shown = ", ".join(f"{v:.2f}" for v in each)
-                print(f"| {scenario} | {name} | {mode} | {shown} | {max(each):.2f} | |")
+                print(f"| {scenario} | {name} | {mode} | {shown} | {max(each):.2f} | | {lags} |")
             for name in rows[0]["flagged"]:
                 times = [r["flagged"][name] for r in rows]
                 bank_min = [t / scale / 60 for t in times if t is not None]
                 bracket = f" ({min(bank_min):.1f} to {max(bank_min):.1f} min)" if bank_min else ""
-                print(f"| {scenario} | {name} | {mode} | | | {_seconds(times)}{bracket} |")
+                print(f"| {scenario} | {name} | {mode} | | | {_seconds(times)}{bracket} | {lags} |")
     if args.dumps:
         _print_offline(args, scenarios, modes, results)
     return 0
