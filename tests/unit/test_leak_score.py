@@ -613,3 +613,33 @@ def test_a_leak_in_a_window_of_twelve_cycles_is_flagged_within_it(mode: str, see
     )()
     # (the first span scored, 0.6 of the window, ends a cycle or two later)
     assert _first_flagged(scores) <= 0.8 * window / 60
+
+
+@pytest.mark.parametrize("seed", range(1, 21))
+def test_a_sampled_dict_saturating_in_a_window_of_forty_cycles_is_not_a_leak(seed: int) -> None:
+    # Given the bank's slowly saturating dict (new keys ever rarer, a time
+    # constant of 0.22 of the window) at 40 cycles a window (issue 23's
+    # 20 s at 0.5 s), entries of 133 bytes sampled at 64 KiB: its last
+    # spans hold a few dozen samples, whose quarters a steady leak's could
+    # have, and it grew beyond their noise
+    window = 40 * CYCLE
+    tau = 0.222 * window
+
+    def births(t: float) -> float:
+        return 26.6e6 / tau * math.exp(-t / tau)
+
+    scores = _watched(
+        births,
+        3 * window / 3600,
+        "sample",
+        133,
+        seed,
+        window=window,
+        sample_interval=64 * KIB,
+        every=1,
+        after_first_cycle=True,
+    )()
+    # Then its ages, older the fuller (births that slow down), say it is no
+    # leak: a span of 20 to 40 cycles has two old buckets to weigh them by
+    # (every draw scored 0.64 to 1.00 while a span needed three)
+    assert max(score for _minute, score in scores) < 0.5

@@ -685,12 +685,15 @@ def _agreement(ages: _Weighed | None, span: float) -> float:
     unless the memory of the span's age, or of the bucket just older, is
     denser the older it is (births that slow down: a dict of keys
     saturating, a cache filling).  A leak that began before the span left
-    as much in that bucket, one that began within it nothing."""
+    as much in that bucket, one that began within it nothing.  From spans
+    of 16 epochs on (two old buckets: 40 cycles a window has spans of 24
+    to 40): there a sampled dict that saturates has a few dozen samples a
+    span, whose quarters a steady leak's could have."""
     if ages is None:
         return 1.0
     epochs = max(math.ceil(span / ages.cycle), 1)
     top = min((epochs - 1).bit_length(), len(ages.bytes) - 1)
-    if top < OLD_BUCKET + 2:
+    if top < OLD_BUCKET + 1:
         return 1.0
     return _smoothstep(P_LOW, P_HIGH, _evenness(ages, top)[1])
 
