@@ -162,6 +162,10 @@ KNOWN_DIFFERENCES: dict[str, dict[str, Known]] = {
         "TestTracemallocEnabled.test_get_traced_memory": Known(
             f"the stdlib tracer's get_traced_memory() {_COUNTS_THE_AGENT}", always=False
         ),
+        # (seen once on 3.15, exact: "flaky once, not again")
+        "TestTracemallocEnabled.test_reset_peak": Known(
+            f"the stdlib tracer's peak after reset_peak() {_COUNTS_THE_AGENT}", always=False
+        ),
     },
 }
 
