@@ -120,17 +120,22 @@ def test_what_heapwatchs_thread_frees_of_the_services_is_untracked(tracing: str)
     line = test_what_heapwatchs_thread_frees_of_the_services_is_untracked.__code__.co_firstlineno
     ours = [(__file__, line + 2)]
 
-    def at_line(snap: _core.Snapshot) -> int:
+    def blocks_at_line(snap: _core.Snapshot) -> int:
+        # The blocks themselves: on 3.9 the comprehension's frame, which its
+        # code object keeps for the next call, may be a malloc at that line
+        # too (or come from the frame free list), and stays.
         return sum(
-            size for _d, frames, _t, size, _c in snap.tracebacks() if list(frames[:1]) == ours
+            1
+            for _d, size, frames, _t in snap.traces()
+            if list(frames[:1]) == ours and size >= 100_000
         )
 
-    assert at_line(_core.take_snapshot(traces=False)) >= 2_000_000 * 0.7
+    assert blocks_at_line(_core.take_snapshot(traces=True)) >= 20 * 0.7
     # When heapwatch's own thread lets go of them
     thread = start_thread(blocks.clear, "heapwatch-test")
     thread.join(60)
     # Then their traces are gone: no stale trace of the service's memory
-    assert at_line(_core.take_snapshot(traces=False)) == 0
+    assert blocks_at_line(_core.take_snapshot(traces=True)) == 0
     _core._check_invariants()
 
 
