@@ -686,7 +686,7 @@ def _agreement(ages: _Weighed | None, span: float) -> float:
     denser the older it is (births that slow down: a dict of keys
     saturating, a cache filling).  A leak that began before the span left
     as much in that bucket, one that began within it nothing.  From spans
-    of 16 epochs on (two old buckets: 40 cycles a window has spans of 24
+    of 16 epochs on (two old buckets: 40 cycles a window has spans of 18
     to 40): there a sampled dict that saturates has a few dozen samples a
     span, whose quarters a steady leak's could have."""
     if ages is None:
