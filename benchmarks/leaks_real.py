@@ -234,10 +234,15 @@ def main(args: Any, hours: Dict[str, float]) -> int:
         for mode in modes
         for seed in range(1, args.seeds + 1)
     ]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda job: _run_one(args, *job), jobs))
-    for r in results:
+
+    def run(job: Tuple[str, str, int, float]) -> Dict[str, Any]:
+        # Each run's line as it ends: a long table cut short keeps its runs.
+        r = _run_one(args, *job)
         print(f"# {json.dumps(r)}", file=sys.stderr, flush=True)
+        return r
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(run, jobs))
     print(
         f"real processes: window {args.window}, cycles {args.interval} s, sample interval "
         f"{args.sample_interval} in sample mode; {args.seeds} runs (seeds) per row, "

@@ -27,9 +27,11 @@ growth over the span:
   unbiased estimate's variance is additive over blocks; 0 in exact mode):
   the variances at the start and at the end added, less twice that of the
   memory that may have survived the span (from the ages: the bucket of the
-  span's age and the older ones, at most the start's variance; a leak's
-  growth has the variance of its new blocks alone, a cache's turned over
-  that of its births and deaths); without ages, the end's less the
+  span's age and the older ones, at most the start's variance; for the old
+  bytes, of the span's age and ``OLD_EPOCHS`` more, which an old byte that
+  lived through it has; a leak's growth has the variance of its new blocks
+  alone, a cache's turned over that of its births and deaths); without
+  ages, the end's less the
   start's; ``v_walk`` is twice the mean square of the series' ``n`` steps
   down (what it does by itself: a random walk steps down as much as up, a
   leak never does, however lumpy);
@@ -180,9 +182,11 @@ An LRU cache of 64 KiB entries filling in 0.32 of such a window scored
 0.5 or more in 8 of 40 sampled draws, and 8 of 8 real processes; now 1
 draw in 40 (its estimate, a fresh draw of samples every 4 cycles, wandered
 up steadily by about 3 deviations).  A cache of 1 KiB entries living
-longer than the window scored 1.00 in exact mode; now nothing; sampled, its
-estimate's wander as it turns over is still a suspect in about half the
-draws (open: docs/design/agent.md).
+longer than the window scored 1.00 in exact mode; now nothing.  Sampled,
+its estimate's wander as it turns over was a suspect in 19 of 40 draws:
+the old bytes' spans took what became old within them for what lived
+through them (the span's age, not ``OLD_EPOCHS`` more), leaving a few
+cycles' draws of the turnover's noise; now none.
 """
 
 from __future__ import annotations
@@ -850,17 +854,28 @@ def leak_score(
     best = NO_LEAK
     found: Sequence[float] = ()  # the best span's series
 
-    def kept(seconds: float) -> float | None:
-        return _kept_var(ages, math.floor(seconds / cycle)) if cycle > 0.0 else None
+    def kept_by(older: int) -> Callable[[float], float | None]:
+        # What of a series' memory lived through the last ``seconds``: its
+        # ages now are those seconds and the series' own threshold more (an
+        # old byte at a span's start that survives is OLD_EPOCHS older than
+        # the span; counting the span's age alone took a cache turned over
+        # for kept, and its wander for growth).
+        def kept(seconds: float) -> float | None:
+            if cycle <= 0.0:
+                return None
+            return _kept_var(ages, math.floor(seconds / cycle) + older)
+
+        return kept
 
     # No memory is old until OLD_EPOCHS cycles after tracing began: the
     # old bytes' first cycles are 0 whatever the site does, and a span
     # beginning in them would take the first memory to age for growth.
     old_from = -math.inf if since is None else since + OLD_EPOCHS * cycle
-    for name, series, earliest in (
-        ("old", _Series(times, olds, [o.old_var for o in obs]), old_from),
-        ("live", _Series(times, [o.live for o in obs], [o.live_var for o in obs]), -math.inf),
+    for name, series, earliest, older in (
+        ("old", _Series(times, olds, [o.old_var for o in obs]), old_from, OLD_EPOCHS),
+        ("live", _Series(times, [o.live for o in obs], [o.live_var for o in obs]), -math.inf, 0),
     ):
+        kept = kept_by(older)
         for span, fill in spans:
             start = end - span
             if start < times[0] or start < earliest:
