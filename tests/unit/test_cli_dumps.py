@@ -119,15 +119,24 @@ def test_top_json_traceback_and_cumulative(
     assert out.splitlines()[1] == f"#1: {app}: 293.2 KiB"  # with app.py:1
 
 
+ROUTES = {7: "/items/{id}", 8: "/users/{uid}"}
+
+
+def routed_dump(app: str, path: Path, leaks: int, *, first_route: int = 8) -> str:
+    """A dump of traces_for(app, leaks) whose leaking blocks are /items/{id}'s
+    but the first, ``first_route``'s; the rest of no route."""
+    routed = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, leaks)]
+    routed[0] = (routed[0][0], first_route)
+    header = DumpHeader("3.11.7", 4242, 1_700_000_000.0, "exact", 0, 2)
+    write_dump(str(path), header, routed, routes=ROUTES)
+    return str(path)
+
+
 def test_top_by_route_of_a_dump_with_routes(
     app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a dump whose one line is reached from two routes and outside any
-    routed = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, 3)]
-    routed[0] = (routed[0][0], 8)
-    path = str(tmp_path / "r.hwdump")
-    header = DumpHeader("3.11.7", 4242, 1_700_000_000.0, "exact", 0, 2)
-    write_dump(path, header, routed, routes={7: "/items/{id}", 8: "/users/{uid}"})
+    path = routed_dump(app, tmp_path / "r.hwdump", 3)
     # When its top is by route
     status, out, err = run(capsys, "top", path, "--key-type", "route")
     assert (status, err) == (0, "")
@@ -152,14 +161,8 @@ def test_diff_by_route_of_two_dumps_with_routes(
 ) -> None:
     # Given two dumps of a service: between them /items/{id} kept two more
     # blocks and /users/{uid} let its one go
-    header = DumpHeader("3.11.7", 4242, 1_700_000_000.0, "exact", 0, 2)
-    names = {7: "/items/{id}", 8: "/users/{uid}"}
-    old_traces = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, 2)]
-    old_traces[0] = (old_traces[0][0], 8)
-    new_traces = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, 3)]
-    old, new = str(tmp_path / "old.hwdump"), str(tmp_path / "new.hwdump")
-    write_dump(old, header, old_traces, routes=names)
-    write_dump(new, header, new_traces, routes=names)
+    old = routed_dump(app, tmp_path / "old.hwdump", 2)
+    new = routed_dump(app, tmp_path / "new.hwdump", 3, first_route=7)
     # When they are compared by route
     status, out, err = run(capsys, "diff", old, new, "--key-type", "route", "--json")
     # Then each route's change is its own
@@ -256,11 +259,7 @@ def test_convert_to_pprof_labels_each_sample_with_its_route(
     app: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a dump whose one line is reached from two routes and outside any
-    routed = [(trace, 7 if trace[1] == 100_057 else 0) for trace in traces_for(app, 3)]
-    routed[0] = (routed[0][0], 8)
-    path = str(tmp_path / "r.hwdump")
-    header = DumpHeader("3.11.7", 4242, 1_700_000_000.0, "exact", 0, 2)
-    write_dump(path, header, routed, routes={7: "/items/{id}", 8: "/users/{uid}"})
+    path = routed_dump(app, tmp_path / "r.hwdump", 3)
     # When it is converted for pprof
     out = tmp_path / "heap.pb.gz"
     assert run(capsys, "convert", path, "--to", "pprof", "-o", str(out))[0] == 0

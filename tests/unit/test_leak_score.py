@@ -568,17 +568,26 @@ def test_a_cache_filled_in_a_window_of_twelve_cycles_is_rarely_a_suspect(mode: s
     assert len(suspects) <= (1 if mode == "sample" else 0), suspects
 
 
+def _bank_cache(window: float) -> tuple[Callable[[float], float], float]:
+    """The scenario bank's cache at a window: (births, cap).  50 MiB of 1
+    KiB entries filled in a third of the window, then inserting what
+    evicts its oldest within 17 cycles."""
+    cap = 50 * MIB
+    fill = window / 3
+
+    def births(t: float) -> float:
+        return cap / fill if t <= fill else cap / (17 * CYCLE)
+
+    return births, cap
+
+
 def test_a_cache_of_long_lived_entries_in_a_window_of_twelve_cycles_is_no_suspect() -> None:
     # Given the scenario bank's cache at 12 cycles a window, exact: 50 MiB
     # of 1 KiB entries filled in a third of the window, then inserting
     # what evicts its oldest within 17 cycles, longer than the window:
     # nothing is seen to die before the fill has left the shortest span
     window = 12 * CYCLE
-    fill = window / 3
-    cap = 50 * MIB
-
-    def births(t: float) -> float:
-        return cap / fill if t <= fill else cap / (17 * CYCLE)
+    births, cap = _bank_cache(window)
 
     scores = _watched(
         births,
@@ -603,11 +612,7 @@ def test_a_sampled_cache_turning_over_in_a_window_of_twelve_cycles_is_no_suspect
     # its old bytes at a span's start that are alive at its end are 8
     # epochs older than the span, not as old as the span
     window = 12 * CYCLE
-    fill = window / 3
-    cap = 50 * MIB
-
-    def births(t: float) -> float:
-        return cap / fill if t <= fill else cap / (17 * CYCLE)
+    births, cap = _bank_cache(window)
 
     suspects = []
     for seed in range(1, 41):
