@@ -731,7 +731,9 @@ def _survival(
     return 1.0 - _smoothstep(DEATHS_LOW, DEATHS_HIGH, _deaths(times, olds, ages, window))
 
 
-def _young_deaths(obs: Sequence[Observation], ages: Ages, cycle: float, window: float) -> float:
+def _young_deaths(
+    times: Sequence[float], obs: Sequence[Observation], ages: Ages, cycle: float, window: float
+) -> float:
     """``_deaths`` for a window of fewer than ``2 * OLD_EPOCHS`` cycles,
     where no old bytes can be seen to die within it (they are
     ``OLD_EPOCHS`` old, and as many epochs more pass before their deaths
@@ -742,7 +744,6 @@ def _young_deaths(obs: Sequence[Observation], ages: Ages, cycle: float, window: 
     all.  Only deaths beyond the estimates' noise count (``Z_HALF``
     deviations, as a span's growth must be)."""
     h = ages.bytes
-    times = [o.time for o in obs]
     end = times[-1]
     block = sum(h) / ages.blocks if ages.blocks > 0.0 else 0.0
     worst = 0.0
@@ -836,7 +837,7 @@ def leak_score(
     short = cycle > 0.0 and window < 2 * OLD_EPOCHS * cycle
     if short and ages is not None:
         # A short window's: its memory's turnover from the live bytes.
-        young = _young_deaths(obs, ages, cycle, window)
+        young = _young_deaths(times, obs, ages, cycle, window)
         survival = min(survival, 1.0 - _smoothstep(DEATHS_LOW, DEATHS_HIGH, young))
     if not survival > 0.0:
         return NO_LEAK
