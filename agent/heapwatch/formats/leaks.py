@@ -774,10 +774,12 @@ def _young_deaths(
         if a.bit_length() >= len(h):
             continue
         if epochs and ages.epoch > 0:
-            back = [t for t, e in epochs if e <= ages.epoch - a]
-            if not back:
+            # From the newest: the cycle sought is a few from the end, and
+            # a day's window at 10 s cycles holds 8640.
+            found = next((t for t, e in reversed(epochs) if e <= ages.epoch - a), None)
+            if found is None:
                 continue  # no epoch that old in the window
-            then = back[-1]
+            then = found
         else:
             then = end - a * cycle
         if end - then > window or then < times[0]:
