@@ -85,11 +85,10 @@ def close(agent: Agent, got: float, mib: int) -> bool:
     want = mib * MIB
     if agent.readings().mode == "exact":
         return want <= got < want + 4096
-    interval = SAMPLE_INTERVAL
-    headers = round((got - want) / interval)
+    headers = round((got - want) / SAMPLE_INTERVAL)
     if not 0 <= headers <= 2:
         return False
-    return want * (1 - 1e-6) <= got - headers * interval < want + 4096
+    return want * (1 - 1e-6) <= got - headers * SAMPLE_INTERVAL < want + 4096
 
 
 def get(agent: Agent, path: str) -> bytes:

@@ -262,6 +262,38 @@ def _watched(
     return run
 
 
+def _suspect_seeds(
+    seeds: range,
+    births: Callable[[float], float],
+    hours: float,
+    mode: str,
+    block: int,
+    *,
+    window: float,
+    cap: float | Callable[[int], Callable[[float], float]] = math.inf,
+) -> list[int]:
+    """The seeds whose site ``_watched`` ever scores 0.5 or more, scored
+    every cycle from after the tracker's first, sampled at 64 KiB; ``cap``
+    a capacity, or a seed's capacity over time."""
+    suspects = []
+    for seed in seeds:
+        scores = _watched(
+            births,
+            hours,
+            mode,
+            block,
+            seed,
+            cap=cap(seed) if callable(cap) else cap,
+            window=window,
+            sample_interval=64 * KIB,
+            every=1,
+            after_first_cycle=True,
+        )()
+        if max(score for _minute, score in scores) >= 0.5:
+            suspects.append(seed)
+    return suspects
+
+
 def _first_flagged(scores: list[tuple[float, float]]) -> float:
     return next((minute for minute, score in scores if score >= 0.9), math.inf)
 
@@ -546,22 +578,9 @@ def test_a_cache_filled_in_a_window_of_twelve_cycles_is_rarely_a_suspect(mode: s
     def births(t: float) -> float:
         return 20 * MIB / fill
 
-    suspects = []
-    for seed in range(1, 41):
-        scores = _watched(
-            births,
-            4 * window / 3600,
-            mode,
-            64 * 1024,
-            seed,
-            cap=20 * MIB,
-            window=window,
-            sample_interval=64 * KIB,
-            every=1,
-            after_first_cycle=True,
-        )()
-        if max(score for _minute, score in scores) >= 0.5:
-            suspects.append(seed)
+    suspects = _suspect_seeds(
+        range(1, 41), births, 4 * window / 3600, mode, 64 * 1024, window=window, cap=20 * MIB
+    )
     # Then what it grew does not survive, and its fill is no suspect.  One
     # draw in 40 is (seed 31): sampled, the cache's estimate, a fresh draw of
     # samples every 4 cycles, wandered up by 3.6 MiB over the 12 cycles,
@@ -596,22 +615,15 @@ def test_a_queue_whose_items_never_grow_old_is_no_suspect(mode: str) -> None:
     window = 40 * CYCLE
     residence = 4.6 * CYCLE
 
-    suspects = []
-    for seed in range(1, 21):
-        scores = _watched(
-            lambda t: 20 * MIB / residence,
-            3 * window / 3600,
-            mode,
-            4096,
-            seed,
-            cap=_queue_level(seed, 20 * MIB, window),
-            window=window,
-            sample_interval=64 * KIB,
-            every=1,
-            after_first_cycle=True,
-        )()
-        if max(score for _minute, score in scores) >= 0.5:
-            suspects.append(seed)
+    suspects = _suspect_seeds(
+        range(1, 21),
+        lambda t: 20 * MIB / residence,
+        3 * window / 3600,
+        mode,
+        4096,
+        window=window,
+        cap=lambda seed: _queue_level(seed, 20 * MIB, window),
+    )
     # Then its live bytes' rise over the window (its fill, then its
     # wander) is no leak: what it held OLD_EPOCHS cycles ago is all gone.
     # Before that was read outside short windows, real processes scored it
@@ -688,22 +700,9 @@ def test_a_sampled_cache_turning_over_in_a_window_of_twelve_cycles_is_no_suspect
     window = 12 * CYCLE
     births, cap = _bank_cache(window)
 
-    suspects = []
-    for seed in range(1, 41):
-        scores = _watched(
-            births,
-            6 * window / 3600,
-            "sample",
-            1024,
-            seed,
-            cap=cap,
-            window=window,
-            sample_interval=64 * KIB,
-            every=1,
-            after_first_cycle=True,
-        )()
-        if max(score for _minute, score in scores) >= 0.5:
-            suspects.append(seed)
+    suspects = _suspect_seeds(
+        range(1, 41), births, 6 * window / 3600, "sample", 1024, window=window, cap=cap
+    )
     # Then the old bytes' growth over 8 cycles has the variance of the 16
     # draws turned over, not of the 4 the span's age alone left: no draw is
     # a suspect (19 of 40 were, up to 1.00: the old bytes' span took what
