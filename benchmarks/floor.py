@@ -1,5 +1,7 @@
 """The ``hooks-only`` configuration: allocator hooks that only forward
-(floor/hooks_only.c), the floor under sample mode's cost.
+(floor/hooks_only.c), the floor under sample mode's cost; and
+``hooks-countdown``: the same hooks taking each call's bytes off a countdown
+that never runs out, the least any sampler by bytes can cost.
 
 run.py builds the extension before the first child starts, with this
 interpreter's C compiler, and names it to the children in FLOOR_ENV; a child
@@ -20,8 +22,10 @@ from types import ModuleType
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "floor" / "hooks_only.c"
 MODULE = "hw_bench_floor"
-# The configuration's name in run.py and tracers.py.
+# The configurations' names in run.py and tracers.py.
 CONFIG = "hooks-only"
+COUNTDOWN_CONFIG = "hooks-countdown"
+CONFIGS = (CONFIG, COUNTDOWN_CONFIG)
 # The built extension's path, from run.py to its children.
 FLOOR_ENV = "HEAPWATCH_BENCH_FLOOR"
 

@@ -58,13 +58,16 @@ DEFAULT_SUITES = ("slowdown", "rss", "cycle", "pause")
 # Deterministic suites run in the first round only.
 ONCE = {"instructions"}
 
-# Hooks that only forward, where sample mode's go: the floor under its cost
-# (floor.py).  Opt-in: it needs a C compiler.
+# Hooks that only forward, where sample mode's go: the floor under its cost;
+# and the same taking bytes off a countdown (floor.py).  Opt-in: they need a
+# C compiler.
 FLOOR_CONFIG = floor.CONFIG
+FLOOR_CONFIGS = set(floor.CONFIGS)
 # Configurations, in table order: (name, label, target ratio to untraced, stdlib peer).
 CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     "untraced": ("untraced", None, None),
     FLOOR_CONFIG: ("hooks only, forwarding", None, None),
+    floor.COUNTDOWN_CONFIG: ("hooks only, byte countdown", None, None),
     "stdlib-1": ("stdlib start(1)", None, None),
     "stdlib-25": ("stdlib start(25)", None, None),
     # The agent's exact mode (profile "agent"): the targets are its own.
@@ -85,7 +88,7 @@ CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     ),
 }
 # Configurations of the slowdown and instructions suites only.
-TIMING_ONLY = {FLOOR_CONFIG}
+TIMING_ONLY = FLOOR_CONFIGS
 # Which configurations each suite can run, and runs by default.
 SUITE_CONFIGS: dict[str, tuple[list[str], list[str]]] = {
     "slowdown": (list(CONFIGS), [c for c in CONFIGS if c not in TIMING_ONLY]),
@@ -133,7 +136,7 @@ def is_heapwatch(config: str) -> bool:
 def runs_in_blocks_of_two(config: str) -> bool:
     """Whether a slowdown child times two blocks of four runs: the
     configurations whose ratios carry a target or are compared with them."""
-    return is_heapwatch(config) or config == FLOOR_CONFIG
+    return is_heapwatch(config) or config in FLOOR_CONFIGS
 
 
 # ---- plan -------------------------------------------------------------------
@@ -1056,7 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args)
     if not plan.groups:
         raise SystemExit("nothing to run")
-    if any(job.config == FLOOR_CONFIG for group in plan.groups for job in group):
+    if any(job.config in FLOOR_CONFIGS for group in plan.groups for job in group):
         global FLOOR_BUILT
         try:
             FLOOR_BUILT = floor.build(RESULTS / "floor" / sys.implementation.cache_tag)

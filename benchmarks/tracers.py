@@ -27,9 +27,9 @@ class Tracer:
     the stdlib live in run.py, which never imports a tracer."""
 
     name: str
-    family: str  # "untraced", "stdlib", "heapwatch" or "floor" (hooks that only forward)
+    family: str  # "untraced", "stdlib", "heapwatch" or "floor" (floor.py's hooks)
     nframe: int
-    mode: str  # "exact" or "sample"; "" when untraced
+    mode: str  # "exact" or "sample"; "" when untraced; "countdown" for floor.COUNTDOWN_CONFIG
     # heapwatch's start profile: "agent" as the agent starts the core
     # (heapwatch.runtime.source.CoreSource), "tracemalloc" as the drop-in does.
     profile: str = "tracemalloc"
@@ -50,7 +50,10 @@ class Tracer:
             else:
                 _core.start(self.nframe, "exact", profile=self.profile)  # type: ignore[arg-type]
         elif self.family == "floor":
-            floor_module().start()
+            if self.mode == "countdown":
+                floor_module().start_countdown()
+            else:
+                floor_module().start()
 
     def stop(self) -> None:
         if self.family == "stdlib":
@@ -62,6 +65,9 @@ class Tracer:
             _core.stop()
         elif self.family == "floor":
             floor_module().stop()
+            if self.mode == "countdown" and floor_module().ran_out():
+                # It would have stood for sampling's work: no longer a floor.
+                raise RuntimeError("the floor's countdown ran out: the run sampled")
 
     def traced_memory(self) -> tuple[int, int]:
         """(current, peak) traced bytes; (0, 0) when untraced."""
@@ -108,18 +114,23 @@ TRACERS: dict[str, Tracer] = {
         # The drop-in's: _core.start(n, "exact"), the stdlib's semantics.
         Tracer("hw-dropin-1", "heapwatch", 1, "exact"),
         Tracer("hw-dropin-25", "heapwatch", 25, "exact"),
-        Tracer("hw-sample", "heapwatch", 1, "sample"),  # _core.start(1, "sample", 512 KiB)
+        Tracer("hw-sample", "heapwatch", 1, "sample"),
+        Tracer("hw-sample-1g", "heapwatch", 1, "sample"),  # _core.start(1, "sample", 512 KiB)
         # The agent's default in sample mode: the same, at its default nframe.
         Tracer("hw-sample-deep", "heapwatch", DEFAULT_NFRAME["sample"], "sample"),
         # The agent's sample mode inside a request: allocations labelled.
         Tracer("hw-sample-route", "heapwatch", DEFAULT_NFRAME["sample"], "sample", route=True),
         # What any hook costs where sample mode's hooks go (floor.py).
         Tracer(floor.CONFIG, "floor", 0, ""),
+        # The same, taking the bytes off a countdown as any byte sampler must.
+        Tracer(floor.COUNTDOWN_CONFIG, "floor", 0, "countdown"),
     )
 }
 
 
 def floor_module() -> ModuleType:
     if FLOOR is None:
-        raise RuntimeError(f"hooks-only needs the extension run.py builds ({floor.FLOOR_ENV})")
+        raise RuntimeError(
+            f"{', '.join(floor.CONFIGS)} need the extension run.py builds ({floor.FLOOR_ENV})"
+        )
     return FLOOR

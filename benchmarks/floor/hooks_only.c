@@ -6,8 +6,14 @@
  * What they cost is what any hook in those places costs: the extra calls,
  * and, on an interpreter built with PGO and LTO, the pymalloc fast path
  * its callers inline behind a check that the allocator is still pymalloc.
- * Sample mode's own cost is what it adds to this.  A benchmark, not part
- * of heapwatch: benchmarks/floor.py builds it.
+ * Sample mode's own cost is what it adds to this.
+ *
+ * start_countdown() puts in the same hooks with what any sampler by bytes
+ * must add to each call: the bytes taken off a countdown, and a branch for
+ * when it runs out (it never does here).  The least a byte sampler can
+ * cost, short of taking samples.
+ *
+ * A benchmark, not part of heapwatch: benchmarks/floor.py builds it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,6 +29,22 @@ static const PyMemAllocatorDomain domains[D_COUNT] = {
 static PyMemAllocatorEx wrapped[D_COUNT];
 /* Our hooks are in the chain; GIL. */
 static int installed;
+/* The countdown hooks' bytes left; GIL for MEM and OBJ, a benign race for
+ * RAW (a lost update only moves a point that is never reached). */
+static long long countdown;
+/* How often it ran out: a check that it never does. */
+static long long ran_out;
+
+/* Far enough never to be reached in a benchmark run; a run out takes it
+ * there again. */
+#define NEVER (1LL << 50)
+
+static __attribute__((noinline, cold)) void
+run_out(void)
+{
+    ran_out++;
+    countdown = NEVER;
+}
 
 #define FORWARDERS(D)                                                               \
     static void *malloc_##D(void *ctx, size_t size)                                 \
@@ -38,9 +60,48 @@ static int installed;
         return wrapped[D].realloc(ctx, ptr, size);                                  \
     }
 
+/* As heapwatch's fast path: charge the bytes, forward in a tail call. */
+#define COUNTERS(D)                                                                 \
+    static void *cmalloc_##D(void *ctx, size_t size)                                \
+    {                                                                               \
+        long long left = countdown - (long long)size;                               \
+        if (__builtin_expect(left <= 0, 0)) {                                       \
+            run_out();                                                              \
+        }                                                                           \
+        else {                                                                      \
+            countdown = left;                                                       \
+        }                                                                           \
+        return wrapped[D].malloc(ctx, size);                                        \
+    }                                                                               \
+    static void *ccalloc_##D(void *ctx, size_t nelem, size_t elsize)                \
+    {                                                                               \
+        long long left = countdown - (long long)(nelem * elsize);                   \
+        if (__builtin_expect(left <= 0, 0)) {                                       \
+            run_out();                                                              \
+        }                                                                           \
+        else {                                                                      \
+            countdown = left;                                                       \
+        }                                                                           \
+        return wrapped[D].calloc(ctx, nelem, elsize);                               \
+    }                                                                               \
+    static void *crealloc_##D(void *ctx, void *ptr, size_t size)                    \
+    {                                                                               \
+        long long left = countdown - (long long)size;                               \
+        if (__builtin_expect(left <= 0, 0)) {                                       \
+            run_out();                                                              \
+        }                                                                           \
+        else {                                                                      \
+            countdown = left;                                                       \
+        }                                                                           \
+        return wrapped[D].realloc(ctx, ptr, size);                                  \
+    }
+
 FORWARDERS(D_RAW)
 FORWARDERS(D_MEM)
 FORWARDERS(D_OBJ)
+COUNTERS(D_RAW)
+COUNTERS(D_MEM)
+COUNTERS(D_OBJ)
 
 static void
 free_D_RAW(void *ctx, void *ptr)
@@ -78,6 +139,29 @@ floor_start(PyObject *module, PyObject *unused)
 }
 
 static PyObject *
+floor_start_countdown(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    if (!installed) {
+        countdown = NEVER;
+        install(D_RAW, cmalloc_D_RAW, ccalloc_D_RAW, crealloc_D_RAW, free_D_RAW);
+        install(D_MEM, cmalloc_D_MEM, ccalloc_D_MEM, crealloc_D_MEM, NULL);
+        install(D_OBJ, cmalloc_D_OBJ, ccalloc_D_OBJ, crealloc_D_OBJ, NULL);
+        installed = 1;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+floor_ran_out(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLongLong(ran_out);
+}
+
+static PyObject *
 floor_stop(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -93,6 +177,9 @@ floor_stop(PyObject *module, PyObject *unused)
 
 static PyMethodDef methods[] = {
     {"start", floor_start, METH_NOARGS, "Put the forwarding hooks in."},
+    {"start_countdown", floor_start_countdown, METH_NOARGS,
+     "Put the counting hooks in: forwarding, and a countdown of bytes."},
+    {"ran_out", floor_ran_out, METH_NOARGS, "How often the countdown ran out (never, meant)."},
     {"stop", floor_stop, METH_NOARGS, "Take them out."},
     {NULL, NULL, 0, NULL},
 };
