@@ -392,12 +392,10 @@ hook_alloc(int d, int gil_domain, int sampling, void *ctx, int zeroed, size_t ne
            size_t elsize)
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
-    if (gil_domain) {
-        hw_wake_check();
-    }
     if (gil_domain && sampling) {
         /* Sample mode, recording, not a sample point, nothing can nest (see
-         * hw_gil_countdown): a tail call, touching nothing thread-local. */
+         * hw_gil_countdown): a tail call, touching nothing thread-local, and
+         * no wake-up to poll (HW_WAKE_STRIDE). */
         size_t size = nelem * elsize;
         if (HW_LIKELY(size <= HW_NESTING_THRESHOLD)) {
             int64_t left = hw_gil_countdown_load() - (int64_t)size;
@@ -406,6 +404,9 @@ hook_alloc(int d, int gil_domain, int sampling, void *ctx, int zeroed, size_t ne
                 return zeroed ? a->calloc(ctx, nelem, elsize) : a->malloc(ctx, elsize);
             }
         }
+    }
+    if (gil_domain) {
+        hw_wake_check();
     }
     hw_tls_t *tls = &hw_tls;
     if (!gil_domain && HW_LIKELY(hw_on_fast_path(tls))) {
@@ -529,13 +530,19 @@ hook_realloc(int d, int gil_domain, int sampling, void *ctx, void *ptr, size_t s
 {
     const PyMemAllocatorEx *a = &hw_saved[d];
     if (gil_domain) {
-        hw_wake_check();
         int64_t left = sampling ? hw_gil_countdown_load() : 0;
-        if (HW_LIKELY(left > 0 && size < (uint64_t)left) &&
-            HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
-            hw_gil_countdown_store(left - (int64_t)size);
-            return realloc_unsampled(a, ctx, ptr, size);
+        if (HW_LIKELY(left > 0 && size < (uint64_t)left)) {
+            if (ptr == NULL && size <= HW_NESTING_THRESHOLD) {
+                /* A malloc that pymalloc serves itself: nothing nests. */
+                hw_gil_countdown_store(left - (int64_t)size);
+                return a->realloc(ctx, ptr, size);
+            }
+            if (HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
+                hw_gil_countdown_store(left - (int64_t)size);
+                return realloc_unsampled(a, ctx, ptr, size);
+            }
         }
+        hw_wake_check();
         return hook_realloc_slow(a, &hw_tls, 1, ptr, size);
     }
     hw_tls_t *tls = &hw_tls;

@@ -17,6 +17,38 @@ int64_t hw_gil_countdown;
 /* The stream hw_gil_countdown is drawn from, reseeded with the others (a
  * new generation); GIL. */
 static uint64_t gil_rng;
+/* The bytes of the GIL's countdown that the cap holds back from
+ * hw_gil_countdown, and whether it applies (hw_gil_countdown_cap).  As
+ * hw_gil_countdown: GIL, relaxed atomics. */
+static int64_t gil_held_back;
+static int gil_capped;
+
+/* Makes left the GIL's whole countdown, capped or not. */
+static void
+gil_countdown_set(int64_t left)
+{
+    int64_t held = 0;
+    if (hw_load_int(&gil_capped) && left > HW_WAKE_STRIDE) {
+        held = left - HW_WAKE_STRIDE;
+        left = HW_WAKE_STRIDE;
+    }
+    __atomic_store_n(&gil_held_back, held, __ATOMIC_RELAXED);
+    hw_gil_countdown_store(left);
+}
+
+static int64_t
+gil_countdown_whole(void)
+{
+    return hw_gil_countdown_load() + __atomic_load_n(&gil_held_back, __ATOMIC_RELAXED);
+}
+
+void
+hw_gil_countdown_cap(int on)
+{
+    int64_t whole = gil_countdown_whole();
+    __atomic_store_n(&gil_capped, on, __ATOMIC_RELAXED);
+    gil_countdown_set(whole);
+}
 
 /* Starts at 1 so that a fresh thread (rng_gen 0) always seeds. */
 uint32_t hw_rng_generation = 1;
@@ -91,7 +123,7 @@ hw_sample_gate_publish(void)
         /* Opening forgets the countdown left from before. */
         gil_countdown = draw_countdown(&gil_rng);
     }
-    hw_gil_countdown_store(gil_countdown);
+    gil_countdown_set(gil_countdown);
     __atomic_store_n(&hw_sample_gate, word, __ATOMIC_RELEASE);
 }
 
@@ -142,11 +174,11 @@ hw_sample_slow(hw_tls_t *tls, size_t size)
 int
 hw_gil_sample_take(size_t size)
 {
-    int64_t left = hw_gil_countdown_load();
+    int64_t left = gil_countdown_whole();
     if (left > 0 && size < (uint64_t)left) {
-        hw_gil_countdown_store(left - (int64_t)size);
+        gil_countdown_set(left - (int64_t)size);
         return 0;
     }
-    hw_gil_countdown_store(draw_countdown(&gil_rng));
+    gil_countdown_set(draw_countdown(&gil_rng));
     return 1;
 }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "sampling.h"
 #include "thread.h"
 
 #include <frameobject.h>
@@ -20,6 +21,15 @@ int hw_wake_armed;
 static PyObject *wake_callback;
 static int64_t wake_deadline_ns;
 static unsigned int wake_countdown;
+
+/* GIL.  The fast path of sample mode leaves for the slow path, where the
+ * clock is read, only as often as the countdown's cap makes it. */
+static void
+set_armed(int armed)
+{
+    __atomic_store_n(&hw_wake_armed, armed, __ATOMIC_RELAXED);
+    hw_gil_countdown_cap(armed);
+}
 
 static int64_t
 now_ns(void)
@@ -129,18 +139,28 @@ hw_wake_tick(void)
 {
     /* Not from inside our own hooks (a nested allocation): the tables' lock
      * may be held, and a pending call's lock is not one to take there. */
-    if (hw_tls.reentrant || --wake_countdown != 0) {
+    if (hw_tls.reentrant) {
+        return;
+    }
+    /* Sample mode gets here once per stride at most (sampling.h): a read of
+     * the clock each time costs no more than the slow path itself. */
+    if (!hw_sampling_open() && --wake_countdown != 0) {
         return;
     }
     wake_countdown = WAKE_CHECK_EVERY;
     if (now_ns() < wake_deadline_ns) {
         return;
     }
+    /* Disarmed first: should queueing allocate, the nested call must not
+     * queue it again. */
     __atomic_store_n(&hw_wake_armed, 0, __ATOMIC_RELAXED);
     int err = errno; /* the pending calls' lock may sleep: see sync.h */
     if (Py_AddPendingCall(wake_pending_call, NULL) != 0) {
         /* The queue is full: tried again at a later allocation. */
         __atomic_store_n(&hw_wake_armed, 1, __ATOMIC_RELAXED);
+    }
+    else {
+        hw_gil_countdown_cap(0);
     }
     errno = err;
 }
@@ -163,7 +183,7 @@ hw_wake_arm(double delay, PyObject *callback)
     wake_callback = callback;
     wake_deadline_ns = now_ns() + (int64_t)(delay * 1e9);
     wake_countdown = 1; /* the first allocation reads the clock */
-    __atomic_store_n(&hw_wake_armed, 1, __ATOMIC_RELAXED);
+    set_armed(1);
     Py_XDECREF(previous);
     return 0;
 }
@@ -171,7 +191,7 @@ hw_wake_arm(double delay, PyObject *callback)
 int
 hw_wake_disarm(void)
 {
-    __atomic_store_n(&hw_wake_armed, 0, __ATOMIC_RELAXED);
+    set_armed(0);
     PyObject *callback = wake_callback;
     wake_callback = NULL;
     Py_XDECREF(callback);

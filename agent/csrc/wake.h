@@ -3,12 +3,15 @@
  *
  * A forked child starts no thread of heapwatch's until it has lived long
  * enough to need one (docs/design/agent.md, "Fork"): without a thread, what
- * notices the deadline is the allocator.  While a wake-up is armed, every
- * WAKE_CHECK_EVERY-th allocation made with the GIL reads the monotonic clock;
- * the first one past the deadline disarms and queues the call.  Disarmed (the
- * normal state, the parent's), the hooks pay one load of hw_wake_armed and a
- * branch never taken.  A process that allocates nothing (asleep, blocked in
- * C) is never woken: nothing of ours runs in it.
+ * notices the deadline is the allocator.  While a wake-up is armed, the
+ * MEM and OBJ hooks read the monotonic clock off their fast path: in exact
+ * mode at every WAKE_CHECK_EVERY-th allocation, in sample mode at each
+ * allocation that leaves it, at least once per HW_WAKE_STRIDE bytes
+ * (sampling.h).  The first read past the deadline disarms and queues the
+ * call.  Disarmed (the normal state, the parent's), the sample mode fast
+ * path pays nothing, the others one load of hw_wake_armed and a branch never
+ * taken.  A process that allocates nothing (asleep, blocked in C) is never
+ * woken: nothing of ours runs in it.
  */
 #ifndef HEAPWATCH_WAKE_H
 #define HEAPWATCH_WAKE_H
@@ -22,7 +25,8 @@
  * but through an atomic load, as the compiler cannot know that. */
 extern int hw_wake_armed;
 
-/* The hooks' side: GIL held, any thread, never raises, never calls Python. */
+/* The hooks' side, off the sample mode fast path: GIL held, any thread,
+ * never raises, never calls Python. */
 void hw_wake_tick(void);
 
 static inline void

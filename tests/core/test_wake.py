@@ -9,6 +9,7 @@ pending call, run between two bytecodes of the main thread.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -41,6 +42,22 @@ def test_the_callback_runs_once_at_the_first_allocation_past_the_deadline(
     allocate_for(0.2, [])
     assert len(calls) == 1  # once
     assert core.wake_cancel() is False  # spent
+
+
+@pytest.mark.parametrize("mode", ["exact", "sample"])
+def test_a_process_that_allocates_little_is_woken_in_time(core: ModuleType, mode: str) -> None:
+    # About 1 KiB a millisecond, and no sample point in sight (1 GiB apart):
+    # sample mode's fast path must still leave to read the clock.
+    core.start(1, mode, 1 << 30)
+    calls: list[float] = []
+    armed = time.monotonic()
+    core.wake_after(0.2, lambda: calls.append(time.monotonic()))
+    deadline = armed + 5.0
+    while not calls and time.monotonic() < deadline:
+        _ = [str(i) for i in range(20)]
+        time.sleep(0.001)
+    assert len(calls) == 1
+    assert 0.2 <= calls[0] - armed < 1.0
 
 
 def test_cancelled_it_never_runs(core: ModuleType) -> None:
@@ -114,3 +131,48 @@ def test_call_soon_without_a_frame_runs_at_the_next_safe_point(core: ModuleType)
     core.call_soon(lambda: events.append("called"))
     events.append("next")
     assert events == ["called", "next"]
+
+
+def _small_blocks(count: int) -> list[bytearray]:
+    return [bytearray(100) for _ in range(count)]  # 2 pymalloc blocks each
+
+
+SMALL_BLOCKS_LINE = _small_blocks.__code__.co_firstlineno + 1
+
+
+def _at_small_blocks_line(core: ModuleType) -> int:
+    stats = core.take_snapshot(traces=False).group("lineno").statistics()
+    return sum(size for frames, size, _count in stats if frames[0] == (__file__, SMALL_BLOCKS_LINE))
+
+
+def test_an_armed_wake_up_leaves_the_sample_points_where_they_were(core: ModuleType) -> None:
+    # While a wake-up is armed, sample mode's fast path leaves for the slow
+    # path at least once per stride of the countdown (8 KiB) to poll it.  The
+    # countdown must go on across those visits: lost bytes would bring the
+    # sample points closer and the estimates up, bytes counted twice down.
+    count, rounds, interval = 20_000, 10, 64 * 1024
+    core.start(1, "exact")
+    keep = _small_blocks(count)
+    exact = _at_small_blocks_line(core)
+    core.stop()
+    del keep
+    sizes = [56, 101]  # a bytearray's object and its buffer
+    weights = [s / -math.expm1(-s / interval) for s in sizes]
+    variance = rounds * count * sum(s * s * (w / s - 1) for s, w in zip(sizes, weights))
+    # Bernstein's bound, as tests/core/test_sampling.py: a false failure is a
+    # one-in-a-million event.
+    log_term = math.log(2e6)
+    linear = log_term * max(weights) / 3
+    tolerance = (linear + math.sqrt(linear * linear + 2 * log_term * variance)) / rounds
+    total = 0
+    core.wake_after(3600.0, lambda: None)
+    try:
+        for _ in range(rounds):
+            core.start(1, "sample", interval)
+            keep = _small_blocks(count)
+            total += _at_small_blocks_line(core)
+            core.stop()
+            del keep
+    finally:
+        assert core.wake_cancel() is True  # armed all along, never called
+    assert abs(total / rounds - exact) <= tolerance, (total / rounds, exact, tolerance)
