@@ -142,8 +142,9 @@ hw_wake_tick(void)
     if (hw_tls.reentrant) {
         return;
     }
-    /* Sample mode gets here once per stride at most (sampling.h): a read of
-     * the clock each time costs no more than the slow path itself. */
+    /* In sample mode only what leaves the fast path gets here: at least one
+     * allocation per stride (sampling.h), and a read of the clock costs
+     * little beside the slow path it takes. */
     if (!hw_sampling_open() && --wake_countdown != 0) {
         return;
     }
