@@ -157,6 +157,14 @@ KNOWN_DIFFERENCES: dict[str, dict[str, Known]] = {
             "any thread of the service's own would do the same",
             always=False,
         ),
+        # (3.11, exact: failed once in f0dd0b2's run, and twice, so on the
+        # retry too, in aebc2eb's, at a load average of 10 on 2 CPUs)
+        "GCTests.test_get_objects_arguments": Known(
+            "compares the lengths of two gc.get_objects() calls, each a list of every container "
+            "object of the process; the agent's cycle (tuples, lists, dicts) may fall between "
+            "them, as any thread of the service's own would",
+            always=False,
+        ),
     },
     "test_tracemalloc": {
         "TestTracemallocEnabled.test_get_traced_memory": Known(
