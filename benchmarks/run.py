@@ -62,7 +62,6 @@ ONCE = {"instructions"}
 # and the same taking bytes off a countdown (floor.py).  Opt-in: they need a
 # C compiler.
 FLOOR_CONFIG = floor.CONFIG
-FLOOR_CONFIGS = set(floor.CONFIGS)
 # Configurations, in table order: (name, label, target ratio to untraced, stdlib peer).
 CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     "untraced": ("untraced", None, None),
@@ -88,7 +87,7 @@ CONFIGS: dict[str, tuple[str, float | None, str | None]] = {
     ),
 }
 # Configurations of the slowdown and instructions suites only.
-TIMING_ONLY = FLOOR_CONFIGS
+TIMING_ONLY = set(floor.CONFIGS)
 # Which configurations each suite can run, and runs by default.
 SUITE_CONFIGS: dict[str, tuple[list[str], list[str]]] = {
     "slowdown": (list(CONFIGS), [c for c in CONFIGS if c not in TIMING_ONLY]),
@@ -136,7 +135,7 @@ def is_heapwatch(config: str) -> bool:
 def runs_in_blocks_of_two(config: str) -> bool:
     """Whether a slowdown child times two blocks of four runs: the
     configurations whose ratios carry a target or are compared with them."""
-    return is_heapwatch(config) or config in FLOOR_CONFIGS
+    return is_heapwatch(config) or config in floor.CONFIGS
 
 
 # ---- plan -------------------------------------------------------------------
@@ -1059,7 +1058,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args)
     if not plan.groups:
         raise SystemExit("nothing to run")
-    if any(job.config in FLOOR_CONFIGS for group in plan.groups for job in group):
+    if any(job.config in floor.CONFIGS for group in plan.groups for job in group):
         global FLOOR_BUILT
         try:
             FLOOR_BUILT = floor.build(RESULTS / "floor" / sys.implementation.cache_tag)

@@ -531,16 +531,14 @@ hook_realloc(int d, int gil_domain, int sampling, void *ctx, void *ptr, size_t s
     const PyMemAllocatorEx *a = &hw_saved[d];
     if (gil_domain) {
         int64_t left = sampling ? hw_gil_countdown_load() : 0;
-        if (HW_LIKELY(left > 0 && size < (uint64_t)left)) {
+        if (HW_LIKELY(left > 0 && size < (uint64_t)left) &&
+            HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
+            hw_gil_countdown_store(left - (int64_t)size);
             if (ptr == NULL && size <= HW_NESTING_THRESHOLD) {
                 /* A malloc that pymalloc serves itself: nothing nests. */
-                hw_gil_countdown_store(left - (int64_t)size);
                 return a->realloc(ctx, ptr, size);
             }
-            if (HW_LIKELY(ptr == NULL || !hw_filter_maybe(ptr))) {
-                hw_gil_countdown_store(left - (int64_t)size);
-                return realloc_unsampled(a, ctx, ptr, size);
-            }
+            return realloc_unsampled(a, ctx, ptr, size);
         }
         hw_wake_check();
         return hook_realloc_slow(a, &hw_tls, 1, ptr, size);

@@ -60,39 +60,33 @@ run_out(void)
         return wrapped[D].realloc(ctx, ptr, size);                                  \
     }
 
-/* As heapwatch's fast path: charge the bytes, forward in a tail call. */
+/* As heapwatch's fast path: charge the bytes, then forward in a tail call. */
+static inline void
+charge(size_t size)
+{
+    long long left = countdown - (long long)size;
+    if (__builtin_expect(left <= 0, 0)) {
+        run_out();
+    }
+    else {
+        countdown = left;
+    }
+}
+
 #define COUNTERS(D)                                                                 \
     static void *cmalloc_##D(void *ctx, size_t size)                                \
     {                                                                               \
-        long long left = countdown - (long long)size;                               \
-        if (__builtin_expect(left <= 0, 0)) {                                       \
-            run_out();                                                              \
-        }                                                                           \
-        else {                                                                      \
-            countdown = left;                                                       \
-        }                                                                           \
+        charge(size);                                                               \
         return wrapped[D].malloc(ctx, size);                                        \
     }                                                                               \
     static void *ccalloc_##D(void *ctx, size_t nelem, size_t elsize)                \
     {                                                                               \
-        long long left = countdown - (long long)(nelem * elsize);                   \
-        if (__builtin_expect(left <= 0, 0)) {                                       \
-            run_out();                                                              \
-        }                                                                           \
-        else {                                                                      \
-            countdown = left;                                                       \
-        }                                                                           \
+        charge(nelem * elsize);                                                     \
         return wrapped[D].calloc(ctx, nelem, elsize);                               \
     }                                                                               \
     static void *crealloc_##D(void *ctx, void *ptr, size_t size)                    \
     {                                                                               \
-        long long left = countdown - (long long)size;                               \
-        if (__builtin_expect(left <= 0, 0)) {                                       \
-            run_out();                                                              \
-        }                                                                           \
-        else {                                                                      \
-            countdown = left;                                                       \
-        }                                                                           \
+        charge(size);                                                               \
         return wrapped[D].realloc(ctx, ptr, size);                                  \
     }
 
@@ -109,19 +103,38 @@ free_D_RAW(void *ctx, void *ptr)
     wrapped[D_RAW].free(ctx, ptr);
 }
 
-static void
-install(int d, void *(*m)(void *, size_t), void *(*c)(void *, size_t, size_t),
-        void *(*r)(void *, void *, size_t), void (*f)(void *, void *))
+/* A set of hooks, domain by domain; a NULL free leaves the domain's own
+ * (MEM's and OBJ's stay pymalloc's, as in heapwatch's sampling set). */
+static const PyMemAllocatorEx forwarding[D_COUNT] = {
+    {NULL, malloc_D_RAW, calloc_D_RAW, realloc_D_RAW, free_D_RAW},
+    {NULL, malloc_D_MEM, calloc_D_MEM, realloc_D_MEM, NULL},
+    {NULL, malloc_D_OBJ, calloc_D_OBJ, realloc_D_OBJ, NULL},
+};
+static const PyMemAllocatorEx counting[D_COUNT] = {
+    {NULL, cmalloc_D_RAW, ccalloc_D_RAW, crealloc_D_RAW, free_D_RAW},
+    {NULL, cmalloc_D_MEM, ccalloc_D_MEM, crealloc_D_MEM, NULL},
+    {NULL, cmalloc_D_OBJ, ccalloc_D_OBJ, crealloc_D_OBJ, NULL},
+};
+
+static PyObject *
+install(const PyMemAllocatorEx set[D_COUNT])
 {
-    PyMem_GetAllocator(domains[d], &wrapped[d]);
-    PyMemAllocatorEx hook = wrapped[d];
-    hook.malloc = m;
-    hook.calloc = c;
-    hook.realloc = r;
-    if (f != NULL) {
-        hook.free = f;
+    if (!installed) {
+        countdown = NEVER;
+        for (int d = 0; d < D_COUNT; d++) {
+            PyMem_GetAllocator(domains[d], &wrapped[d]);
+            PyMemAllocatorEx hook = wrapped[d];
+            hook.malloc = set[d].malloc;
+            hook.calloc = set[d].calloc;
+            hook.realloc = set[d].realloc;
+            if (set[d].free != NULL) {
+                hook.free = set[d].free;
+            }
+            PyMem_SetAllocator(domains[d], &hook);
+        }
+        installed = 1;
     }
-    PyMem_SetAllocator(domains[d], &hook);
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -129,13 +142,7 @@ floor_start(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    if (!installed) {
-        install(D_RAW, malloc_D_RAW, calloc_D_RAW, realloc_D_RAW, free_D_RAW);
-        install(D_MEM, malloc_D_MEM, calloc_D_MEM, realloc_D_MEM, NULL);
-        install(D_OBJ, malloc_D_OBJ, calloc_D_OBJ, realloc_D_OBJ, NULL);
-        installed = 1;
-    }
-    Py_RETURN_NONE;
+    return install(forwarding);
 }
 
 static PyObject *
@@ -143,14 +150,7 @@ floor_start_countdown(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    if (!installed) {
-        countdown = NEVER;
-        install(D_RAW, cmalloc_D_RAW, ccalloc_D_RAW, crealloc_D_RAW, free_D_RAW);
-        install(D_MEM, cmalloc_D_MEM, ccalloc_D_MEM, crealloc_D_MEM, NULL);
-        install(D_OBJ, cmalloc_D_OBJ, ccalloc_D_OBJ, crealloc_D_OBJ, NULL);
-        installed = 1;
-    }
-    Py_RETURN_NONE;
+    return install(counting);
 }
 
 static PyObject *

@@ -9,13 +9,13 @@ pending call, run between two bytecodes of the main thread.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 from types import FrameType, ModuleType
 
 import pytest
+from test_sampling import _tolerance
 
 MODES = [("exact", 512 * 1024), ("sample", 512 * 1024)]
 
@@ -156,14 +156,8 @@ def test_an_armed_wake_up_leaves_the_sample_points_where_they_were(core: ModuleT
     exact = _at_small_blocks_line(core)
     core.stop()
     del keep
-    sizes = [56, 101]  # a bytearray's object and its buffer
-    weights = [s / -math.expm1(-s / interval) for s in sizes]
-    variance = rounds * count * sum(s * s * (w / s - 1) for s, w in zip(sizes, weights))
-    # Bernstein's bound, as tests/core/test_sampling.py: a false failure is a
-    # one-in-a-million event.
-    log_term = math.log(2e6)
-    linear = log_term * max(weights) / 3
-    tolerance = (linear + math.sqrt(linear * linear + 2 * log_term * variance)) / rounds
+    blocks = [56, 101] * count  # a bytearray's object and its buffer
+    tolerance = _tolerance(blocks, interval, rounds)
     total = 0
     core.wake_after(3600.0, lambda: None)
     try:
